@@ -1,0 +1,1 @@
+"""Nodes, devices and placements (the cluster as the scheduler sees it)."""

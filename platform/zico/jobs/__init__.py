@@ -1,0 +1,1 @@
+"""Training jobs, their status machine, memory profiles and events."""

@@ -1,0 +1,47 @@
+"""Celery queue names and routes — the one place they are declared.
+
+* ``control``            — web-side consumers (telemetry persistence, worker-loss checks, health).
+* ``cpu.<host>``         — the CPU device worker of a host (demo, tests, CPU-only clusters).
+* ``gpu.<host>.<index>`` — the worker process that owns GPU ``index`` on ``host``.
+
+Device tasks (run_job, profile_job) are sent with an explicit ``queue=device_queue(...)``;
+control tasks are routed here by name.
+"""
+import re
+
+CONTROL_QUEUE = "control"
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def _check_host(host: str) -> str:
+    if not _HOST_RE.match(host or ""):
+        raise ValueError(f"invalid host name for a queue: {host!r} (letters, digits, '-' and '_' only)")
+    return host
+
+
+def cpu_queue(host: str) -> str:
+    """Queue of the CPU device worker on ``host``. Raises ValueError on a malformed host."""
+    return f"cpu.{_check_host(host)}"
+
+
+def gpu_queue(host: str, index: int) -> str:
+    """Queue of the worker owning GPU ``index`` on ``host``. Raises ValueError on bad input."""
+    if not isinstance(index, int) or index < 0:
+        raise ValueError(f"GPU index must be a non-negative int, got {index!r}")
+    return f"gpu.{_check_host(host)}.{index}"
+
+
+def device_queue(kind: str, host: str, index: int) -> str:
+    """Queue for a device of ``kind`` ('gpu' or 'cpu'). Raises ValueError on an unknown kind."""
+    if kind == "gpu":
+        return gpu_queue(host, index)
+    if kind == "cpu":
+        return cpu_queue(host)
+    raise ValueError(f"unknown device kind {kind!r} (expected 'gpu' or 'cpu')")
+
+
+# Control tasks by stable name prefix -> queue. Device tasks carry their queue explicitly.
+TASK_ROUTES = {
+    "zico.control.*": {"queue": CONTROL_QUEUE},
+}

@@ -1,0 +1,1 @@
+"""Live memory telemetry: Redis keys, control consumer and stored timelines."""

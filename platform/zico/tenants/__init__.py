@@ -1,0 +1,1 @@
+"""Tenants, memberships, roles and API tokens."""
