@@ -1,0 +1,15 @@
+"""Settings for the test suite: the real PostgreSQL and Redis on localhost unless overridden.
+
+Env defaults are set before zico.settings reads the environment; anything already set wins,
+so CI or a developer can point the tests elsewhere with DATABASE_URL / REDIS_URL.
+"""
+import os
+
+os.environ.setdefault("DEBUG", "1")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/zico")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ["DJANGO_SETTINGS_MODULE"] = "zico.test_settings"  # inherited by worker subprocesses
+
+from .settings import *  # noqa: E402,F401,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast user creation in tests
