@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "zico.cluster",
     "zico.jobs",
     "zico.telemetry",
+    "zico.scheduling",
 ]
 
 MIDDLEWARE = [
