@@ -18,3 +18,4 @@ from .queues import CONTROL_QUEUE, TASK_ROUTES  # noqa: E402
 
 app.conf.task_routes = TASK_ROUTES
 app.conf.task_default_queue = CONTROL_QUEUE
+app.conf.imports = ("zico.health",)
