@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "zico.jobs",
     "zico.telemetry",
     "zico.scheduling",
+    "zico.web",
 ]
 
 MIDDLEWARE = [

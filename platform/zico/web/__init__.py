@@ -1,0 +1,1 @@
+"""Server-rendered pages: sign-in, jobs, submit form, job detail, device timelines, cluster, tenant admin."""
