@@ -1,4 +1,4 @@
-"""A task goes through the real Redis broker to a real Celery worker process and back."""
+"""Health: a task goes through the real Redis to a real worker and back; /healthz checks DB and Redis."""
 import os
 import subprocess
 import sys
@@ -57,3 +57,19 @@ def test_queue_names_follow_the_declared_scheme():
 def test_control_tasks_route_to_the_control_queue():
     route = app.amqp.router.route({}, "zico.control.health")
     assert route["queue"].name == "control"
+
+
+@pytest.mark.django_db
+def test_healthz_reports_database_and_redis(client):
+    resp = client.get("/healthz")
+    assert resp.status_code == 200
+    assert resp.json() == {"ok": True, "database": "ok", "redis": "ok"}
+
+
+@pytest.mark.django_db
+def test_healthz_names_redis_when_it_is_unreachable(client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    resp = client.get("/healthz")
+    assert resp.status_code == 503
+    assert resp.json()["redis"].startswith("error:")
+    assert resp.json()["database"] == "ok"
