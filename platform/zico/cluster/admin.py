@@ -1,0 +1,53 @@
+"""Django admin for nodes, devices and placements; budgets change through Device.set_budget."""
+from django.contrib import admin
+
+from .models import Device, Node, Placement
+
+
+class DeviceInline(admin.TabularInline):
+    model = Device
+    extra = 0
+    fields = ["kind", "index", "name", "uuid", "total_bytes", "budget_bytes", "status", "last_heartbeat"]
+    readonly_fields = ["last_heartbeat"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["host", "status", "last_heartbeat", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["host"]
+    readonly_fields = ["last_heartbeat", "created_at"]
+    inlines = [DeviceInline]
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "name", "kind", "total_bytes", "budget_bytes", "status", "last_heartbeat"]
+    list_filter = ["kind", "status", "node"]
+    search_fields = ["name", "uuid", "node__host"]
+    readonly_fields = ["last_heartbeat", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        # Route budget edits through set_budget so they are validated and leave a budget_change Event.
+        if change and "budget_bytes" in form.changed_data:
+            new_budget = obj.budget_bytes
+            obj.budget_bytes = Device.objects.get(pk=obj.pk).budget_bytes
+            super().save_model(request, obj, form, change)
+            obj.set_budget(new_budget, actor=request.user)
+        else:
+            super().save_model(request, obj, form, change)
+
+
+@admin.register(Placement)
+class PlacementAdmin(admin.ModelAdmin):
+    """Read-only: placements are written only by the scheduler service."""
+
+    list_display = ["pk", "device", "started_at", "ended_at", "end_reason"]
+    list_filter = [("ended_at", admin.EmptyFieldListFilter), "device"]
+    readonly_fields = ["device", "jobs", "plan", "started_at", "ended_at", "end_reason"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

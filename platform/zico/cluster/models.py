@@ -1,0 +1,175 @@
+"""Nodes, devices and placements: the cluster as the scheduler sees it.
+
+A Node is one worker host; a Device is one GPU (or the host's CPU pool for the demo) with its
+total and budget bytes. A Placement puts one or more jobs on one device with a sharing plan
+(time shifts / gating thresholds, see the placement package); only the scheduler writes them.
+"""
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models, transaction
+from django.utils import timezone
+
+from zico.queues import device_queue
+
+HOST_VALIDATOR = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_-]*$", "letters, digits, '-' and '_' only")
+
+
+class Status(models.TextChoices):
+    ONLINE = "online", "Online"
+    DRAINING = "draining", "Draining"  # runs its jobs, takes no new placements
+    OFFLINE = "offline", "Offline"
+
+
+class Node(models.Model):
+    """A worker host; ``host`` is the name used in queue names (cpu.<host>, gpu.<host>.<index>)."""
+
+    host = models.CharField(max_length=63, unique=True, validators=[HOST_VALIDATOR])
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ONLINE)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["host"]
+
+    def __str__(self) -> str:
+        return self.host
+
+
+class BudgetError(ValueError):
+    """A device budget is out of range; ``field`` names the input."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class DeviceQuerySet(models.QuerySet):
+    def largest_total_bytes(self) -> int | None:
+        """Total bytes of the largest device, or None when no device is registered."""
+        return self.aggregate(m=models.Max("total_bytes"))["m"]
+
+
+class Device(models.Model):
+    """One GPU (kind ``gpu``) or a host's CPU pool (kind ``cpu``) that runs jobs.
+
+    ``total_bytes`` is what the device has (NVML ``memory.total`` for a GPU); ``budget_bytes``
+    is the most the shared allocator may hand out on it (<= total), set by cluster staff.
+    """
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        CPU = "cpu", "CPU"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveIntegerField(help_text="CUDA/NVML index on the node (0 for the CPU pool)")
+    kind = models.CharField(max_length=3, choices=Kind.choices)
+    uuid = models.CharField(max_length=64, blank=True, help_text="NVML UUID (GPU-…); empty for CPU pools")
+    name = models.CharField(max_length=100, help_text="e.g. NVIDIA H100 80GB HBM3")
+    total_bytes = models.BigIntegerField(validators=[MinValueValidator(1)])
+    budget_bytes = models.BigIntegerField(validators=[MinValueValidator(0)])
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ONLINE)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__host", "kind", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "kind", "index"], name="device_unique_node_kind_index"),
+            models.UniqueConstraint(fields=["uuid"], condition=~models.Q(uuid=""), name="device_unique_uuid"),
+            models.CheckConstraint(condition=models.Q(total_bytes__gt=0), name="device_total_positive"),
+            models.CheckConstraint(
+                condition=models.Q(budget_bytes__gte=0) & models.Q(budget_bytes__lte=models.F("total_bytes")),
+                name="device_budget_within_total",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.host}:{self.kind}{self.index}"
+
+    @property
+    def host(self) -> str:
+        return self.node.host
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue of the worker owning this device (zico.queues.device_queue)."""
+        return device_queue(self.kind, self.node.host, self.index)
+
+    @transaction.atomic
+    def set_budget(self, budget_bytes: int, *, actor=None) -> None:
+        """Set the device budget in bytes and record a budget_change Event.
+
+        Raises:
+            BudgetError: when ``budget_bytes`` is not an int in [0, total_bytes].
+        """
+        from zico.jobs.models import Event
+
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
+            raise BudgetError("budget_bytes", f"expected an integer number of bytes, got {budget_bytes!r}")
+        if budget_bytes < 0:
+            raise BudgetError("budget_bytes", f"must not be negative, got {budget_bytes}")
+        if budget_bytes > self.total_bytes:
+            raise BudgetError("budget_bytes", f"{budget_bytes} exceeds the device total of {self.total_bytes} bytes")
+        old = self.budget_bytes
+        if old == budget_bytes:
+            return
+        self.budget_bytes = budget_bytes
+        self.save(update_fields=["budget_bytes"])
+        Event.record(Event.Kind.BUDGET_CHANGE, device=self, actor=actor, old_bytes=old, new_bytes=budget_bytes)
+
+    def heartbeat(self, when=None) -> None:
+        """Mark the device (and its node) as seen now."""
+        when = when or timezone.now()
+        Device.objects.filter(pk=self.pk).update(last_heartbeat=when)
+        Node.objects.filter(pk=self.node_id).update(last_heartbeat=when)
+        self.last_heartbeat = when
+
+
+class PlacementQuerySet(models.QuerySet):
+    def active(self) -> "PlacementQuerySet":
+        return self.filter(ended_at__isnull=True)
+
+
+class Placement(models.Model):
+    """Jobs co-located on one device under one sharing plan; written only by the scheduler.
+
+    ``plan`` is the sharing plan as JSON (e.g. ``{"shifts_s": {"<job id>": 0.12}, "budget_bytes": ...,
+    "predicted_peak_bytes": ...}``); its schema belongs to the placement package.
+    """
+
+    device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="placements")
+    jobs = models.ManyToManyField("jobs.Job", related_name="placements")
+    plan = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+
+    objects = PlacementQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["device", "ended_at"], name="placement_device_active")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ended_at__isnull=True) | models.Q(ended_at__gte=models.F("started_at")),
+                name="placement_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"placement {self.pk} on {self.device}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.ended_at is None
+
+    def end(self, reason: str = "") -> None:
+        """Mark the placement ended now (idempotent)."""
+        if self.ended_at is None:
+            self.ended_at = timezone.now()
+            self.end_reason = reason[:200]
+            Placement.objects.filter(pk=self.pk, ended_at__isnull=True).update(
+                ended_at=self.ended_at, end_reason=self.end_reason)

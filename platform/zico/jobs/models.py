@@ -1,0 +1,186 @@
+"""Training jobs, their memory profiles, and the audit Event log.
+
+Status changes go only through :func:`zico.jobs.transitions.transition` (also ``Job.transition``);
+submissions go through :func:`zico.jobs.submission.submit_job`, which validates the spec.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from placement.curves import SOURCES, CurveError, MemoryCurve, curve_from_dict
+
+from .transitions import ALL_STATUSES, TERMINAL, IllegalTransition, JobStatus, transition  # noqa: F401 (re-exported)
+
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+class JobQuerySet(models.QuerySet):
+    def for_user(self, user) -> "JobQuerySet":
+        """Jobs of every tenant ``user`` is a member of."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(tenant__memberships__user=user)
+
+    def unfinished(self) -> "JobQuerySet":
+        return self.exclude(status__in=TERMINAL)
+
+
+class Job(models.Model):
+    """One training job: a catalog workload with params, an optional memory budget and a status."""
+
+    Status = models.TextChoices("Status", [(s.upper(), s) for s in ALL_STATUSES])
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="jobs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                              related_name="jobs")
+    name = models.CharField(max_length=200, blank=True)
+    workload = models.CharField(max_length=64, help_text="key in workers.workloads.catalog")
+    params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    budget_bytes = models.BigIntegerField(null=True, blank=True, help_text="Bytes; most this job may hold")
+    priority = models.SmallIntegerField(default=0, help_text=f"{PRIORITY_MIN}..{PRIORITY_MAX}; higher goes first")
+    status = models.CharField(max_length=10, choices=Status.choices, default="queued", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    status_changed_at = models.DateTimeField(default=timezone.now, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    failure_reason = models.TextField(blank=True, editable=False)
+    metrics = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder,
+                               help_text="iterations_per_s, peak_bytes, delay_s, slowdown, ...")
+    # Scheduler/worker bookkeeping.
+    attempts = models.PositiveIntegerField(default=0, editable=False, help_text="times the job entered running")
+    lost_count = models.PositiveIntegerField(default=0, editable=False, help_text="times its worker was lost")
+    progress_iteration = models.PositiveBigIntegerField(default=0, help_text="last iteration reported done")
+    total_iterations = models.PositiveBigIntegerField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "status"], name="job_tenant_status"),
+            models.Index(fields=["status", "-priority", "created_at"], name="job_queue_order"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(budget_bytes__isnull=True) | models.Q(budget_bytes__gt=0),
+                                   name="job_budget_positive"),
+            models.CheckConstraint(condition=models.Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                                   name="job_priority_range"),
+            models.CheckConstraint(condition=models.Q(status__in=ALL_STATUSES), name="job_status_known"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"{self.workload} #{self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in TERMINAL
+
+    def transition(self, to: str, *, reason: str = "", actor=None, **details: Any) -> "Job":
+        """Move to status ``to``; see :func:`zico.jobs.transitions.transition` (raises IllegalTransition)."""
+        return transition(self, to, reason=reason, actor=actor, **details)
+
+    def latest_profile(self) -> "MemoryProfile | None":
+        return self.profiles.order_by("-created_at", "-id").first()
+
+    def active_placement(self):
+        return self.placements.filter(ended_at__isnull=True).order_by("-started_at").first()
+
+
+class MemoryProfile(models.Model):
+    """A job's memory curve (DESIGN contract) with its headline figures copied out for queries."""
+
+    Source = models.TextChoices("Source", [(s.upper().replace("-", "_"), s) for s in SOURCES])
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="profiles")
+    source = models.CharField(max_length=20, choices=Source.choices)
+    curve = models.JSONField(help_text="memory curve JSON (placement.curves contract)")
+    peak_bytes = models.BigIntegerField()
+    persistent_bytes = models.BigIntegerField()
+    iteration_s = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.source} profile of job {self.job_id}"
+
+    @classmethod
+    def record(cls, job: Job, curve: MemoryCurve | dict) -> "MemoryProfile":
+        """Store ``curve`` (a MemoryCurve or the contract's dict) for ``job``.
+
+        Raises:
+            CurveError: the dict is not a valid curve (the message names the field).
+        """
+        c = curve if isinstance(curve, MemoryCurve) else curve_from_dict(curve)
+        d = c.to_dict()
+        return cls.objects.create(job=job, source=c.source, curve=d, peak_bytes=d["peak_bytes"],
+                                  persistent_bytes=d["persistent_bytes"], iteration_s=c.iteration_s)
+
+    def memory_curve(self) -> MemoryCurve:
+        """The stored curve as a MemoryCurve (raises CurveError if the row was corrupted)."""
+        return curve_from_dict(self.curve)
+
+    def clean(self) -> None:
+        try:
+            c = curve_from_dict(self.curve)
+        except CurveError as exc:
+            raise ValidationError({"curve": str(exc)}) from exc
+        if c.source != self.source:
+            raise ValidationError({"source": f"{self.source!r} disagrees with the curve's source {c.source!r}"})
+
+
+class Event(models.Model):
+    """An audit record: who or what changed something, when, and the details."""
+
+    class Kind(models.TextChoices):
+        STATUS_CHANGE = "status_change", "Status change"
+        PLACEMENT = "placement", "Placement"
+        DELAY = "delay", "Delay"
+        BUDGET_CHANGE = "budget_change", "Budget change"
+        OOM_PREVENTED = "oom_prevented", "OOM prevented"
+        WORKER_LOST = "worker_lost", "Worker lost"
+        ROLE_CHANGE = "role_change", "Role change"
+        QUOTA_CHANGE = "quota_change", "Quota change"
+        TENANT_CHANGE = "tenant_change", "Tenant settings change"
+
+    time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+    kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="events", editable=False)
+    device = models.ForeignKey("cluster.Device", on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="events", editable=False)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="events",
+                            editable=False)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="+", editable=False, help_text="empty: the system did it")
+    details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder, editable=False)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["tenant", "-time"], name="event_tenant_time"),
+                   models.Index(fields=["kind", "-time"], name="event_kind_time")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.kind}"
+
+    @classmethod
+    def record(cls, kind: str, *, tenant=None, device=None, job=None, actor=None, **details: Any) -> "Event":
+        """Write one event; ``tenant`` defaults to the job's. ``actor`` may be a user or None/anonymous.
+
+        Raises ValueError on an unknown kind.
+        """
+        if kind not in cls.Kind.values:
+            raise ValueError(f"unknown event kind {kind!r} (expected one of {', '.join(cls.Kind.values)})")
+        if tenant is None and job is not None:
+            tenant = job.tenant_id and job.tenant
+        if actor is not None and not getattr(actor, "is_authenticated", False):
+            actor = None
+        return cls.objects.create(kind=kind, tenant=tenant, device=device, job=job, actor=actor, details=details)

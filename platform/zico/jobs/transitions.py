@@ -1,0 +1,133 @@
+"""The job status machine: the one table of legal moves and the one function that makes them.
+
+Note [Job status machine]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+The happy path is  queued → profiling → ready → placed → running → succeeded.
+The other moves a real cluster needs, and why:
+
+* queued → ready          a memory curve is already known (uploaded torch snapshot, cached estimate)
+* queued|profiling|ready|placed|running|lost → cancelled
+                          a user or admin cancels; a running job is stopped by its worker
+* queued|profiling|ready|placed|running|lost → failed
+                          the spec cannot run (profiling OOM, import error, worker rejected the placement,
+                          training raised, too many losses); ``reason`` is required and kept in failure_reason
+* profiling|placed|running → lost
+                          the worker holding the job stopped heart-beating (worker_lost)
+* lost → queued           the job is requeued and resumes from its last checkpoint
+* placed → ready          the scheduler unplaces a job before it starts (device drained or budget lowered);
+                          its curve stays valid, so it goes back to ready rather than queued
+succeeded, failed and cancelled are terminal: nothing leaves them.
+
+Every move runs in one transaction: the job row is locked (SELECT … FOR UPDATE), its *current*
+status in the database is checked against the table, the row is updated and one ``status_change``
+Event is written — so two racing callers cannot both move the same job, and a refused move
+changes nothing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+
+class JobStatus:
+    """Status values (plain strings, stored in Job.status)."""
+
+    QUEUED = "queued"
+    PROFILING = "profiling"
+    READY = "ready"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+S = JobStatus
+ALL_STATUSES = (S.QUEUED, S.PROFILING, S.READY, S.PLACED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST)
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+# Statuses in which a job holds (or is about to hold) device memory: counted by the running-jobs quota.
+ON_DEVICE = frozenset({S.PLACED, S.RUNNING})
+
+# The one table of legal moves: from-status -> statuses it may move to.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.QUEUED: frozenset({S.PROFILING, S.READY, S.CANCELLED, S.FAILED}),
+    S.PROFILING: frozenset({S.READY, S.CANCELLED, S.FAILED, S.LOST}),
+    S.READY: frozenset({S.PLACED, S.CANCELLED, S.FAILED}),
+    S.PLACED: frozenset({S.RUNNING, S.READY, S.CANCELLED, S.FAILED, S.LOST}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST}),
+    S.LOST: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+CANCELLABLE = frozenset(s for s, targets in TRANSITIONS.items() if S.CANCELLED in targets)
+
+
+class IllegalTransition(ValueError):
+    """A status move that the table does not allow; nothing was changed."""
+
+    def __init__(self, job_id: int, from_status: str, to_status: str):
+        allowed = ", ".join(sorted(TRANSITIONS.get(from_status, ()))) or "none (terminal)"
+        super().__init__(f"job {job_id}: cannot move from {from_status!r} to {to_status!r} "
+                         f"(allowed from {from_status!r}: {allowed})")
+        self.job_id, self.from_status, self.to_status = job_id, from_status, to_status
+
+
+def is_allowed(from_status: str, to_status: str) -> bool:
+    return to_status in TRANSITIONS.get(from_status, frozenset())
+
+
+def transition(job, to: str, *, reason: str = "", actor=None, device=None,
+               metrics: dict[str, Any] | None = None, **details: Any):
+    """Move ``job`` to status ``to`` and record a ``status_change`` Event, atomically.
+
+    Args:
+        job: a Job instance (its in-memory fields are refreshed from the moved row).
+        to: target status (a JobStatus value).
+        reason: why (shown to users; required for ``failed``, stored in ``failure_reason``).
+        actor: the user who asked, or None for the system (scheduler, worker).
+        device: the Device the move concerns (placement, loss), recorded on the Event.
+        metrics: merged into ``job.metrics`` (iterations/s, peak bytes, delay, slowdown, ...).
+        **details: extra JSON-serialisable details stored on the Event.
+    Returns:
+        The same ``job`` object, updated.
+    Raises:
+        IllegalTransition: the table does not allow the move from the job's current status
+            (read under a row lock); nothing is written.
+        ValueError: unknown target status, or ``failed`` without a reason.
+    """
+    from .models import Event, Job
+
+    if to not in TRANSITIONS:
+        raise ValueError(f"unknown job status {to!r} (expected one of {', '.join(ALL_STATUSES)})")
+    if to == S.FAILED and not reason.strip():
+        raise ValueError("reason: a move to 'failed' needs a reason")
+    with transaction.atomic():
+        row = Job.objects.select_for_update().get(pk=job.pk)
+        old = row.status
+        if not is_allowed(old, to):
+            raise IllegalTransition(row.pk, old, to)
+        now = timezone.now()
+        row.status = to
+        row.status_changed_at = now
+        if to == S.RUNNING:
+            row.attempts += 1
+            row.started_at = row.started_at or now
+        elif to == S.LOST:
+            row.lost_count += 1
+        if to in TERMINAL:
+            row.finished_at = now
+        if to == S.FAILED:
+            row.failure_reason = reason
+        if metrics:
+            row.metrics = {**(row.metrics or {}), **metrics}
+        row.save()
+        Event.record(Event.Kind.STATUS_CHANGE, job=row, device=device, actor=actor,
+                     reason=reason, **{"from": old, "to": to}, **details)
+    for f in ("status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
+              "failure_reason", "metrics", "updated_at"):
+        setattr(job, f, getattr(row, f))
+    return job
