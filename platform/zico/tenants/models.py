@@ -97,6 +97,38 @@ class Tenant(models.Model):
         return self.memberships.filter(role=Role.OWNER).count()
 
     @transaction.atomic
+    def change(self, *, actor=None, **changes) -> list[str]:
+        """Apply ``changes`` (field -> value) and record one Event per kind of change.
+
+        Quota fields (``max_running_jobs``, ``max_total_budget_bytes``) record a quota_change
+        Event; ``name`` and ``allow_cross_tenant_colocation`` a tenant_change Event. Values are
+        validated with the model's validators first. Returns the names of fields that changed.
+
+        Raises:
+            django.core.exceptions.ValidationError: a value is out of range (keyed by field).
+            ValueError: an unknown or read-only field.
+        """
+        from zico.jobs.models import Event
+
+        unknown = set(changes) - set(QUOTA_FIELDS) - set(SETTINGS_FIELDS)
+        if unknown:
+            raise ValueError(f"not a changeable tenant field: {', '.join(sorted(unknown))}")
+        old = {f: getattr(self, f) for f in changes}
+        for f, v in changes.items():
+            setattr(self, f, v)
+        self.full_clean(exclude=[f.name for f in self._meta.fields if f.name not in changes], validate_unique=False)
+        changed = [f for f in changes if old[f] != changes[f]]
+        if not changed:
+            return []
+        self.save(update_fields=changed)
+        for kind, fields in ((Event.Kind.QUOTA_CHANGE, QUOTA_FIELDS), (Event.Kind.TENANT_CHANGE, SETTINGS_FIELDS)):
+            mine = [f for f in changed if f in fields]
+            if mine:
+                Event.record(kind, tenant=self, actor=actor, old={f: old[f] for f in mine},
+                             new={f: changes[f] for f in mine})
+        return changed
+
+    @transaction.atomic
     def add_member(self, user, role: str, *, actor=None) -> "Membership":
         """Add ``user`` with ``role``; records a role_change Event. Raises RoleError if already a member."""
         from zico.jobs.models import Event
@@ -108,6 +140,10 @@ class Tenant(models.Model):
         Event.record(Event.Kind.ROLE_CHANGE, tenant=self, actor=actor,
                      user=user.get_username(), old_role=None, new_role=role)
         return m
+
+
+QUOTA_FIELDS = ("max_running_jobs", "max_total_budget_bytes")  # set by cluster staff
+SETTINGS_FIELDS = ("name", "allow_cross_tenant_colocation")  # set by the tenant's owners and admins
 
 
 def _check_role(role: str) -> str:

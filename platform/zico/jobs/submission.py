@@ -1,0 +1,109 @@
+"""Job submission: validate a spec against the catalog, devices and tenant quotas, then store it.
+
+The web form, the REST API and the CLI all call :func:`submit_job`, so a spec is judged the
+same way everywhere. A rejected spec raises :class:`JobSpecError` naming the field and writes
+nothing; an accepted one becomes a ``queued`` Job plus one ``status_change`` Event.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import models, transaction
+
+from zico.cluster.models import Device
+from zico.tenants.models import Role, Tenant
+
+from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job
+from .transitions import JobStatus
+
+
+class JobSpecError(ValueError):
+    """A job spec is invalid. ``field`` names the input: ``workload``, ``params.<name>``,
+    ``budget_bytes``, ``priority``, ``name`` or ``tenant``."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def _check_int(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobSpecError(field, f"expected an integer, got {value!r}")
+    return value
+
+
+def validate_spec(workload: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """Params with the workload's defaults filled in.
+
+    Raises:
+        JobSpecError: field ``workload`` (unknown key) or ``params.<name>`` (outside the schema).
+    """
+    from workers.workloads.catalog import ParamsError, UnknownWorkload, get_workload, validate_params
+
+    try:
+        get_workload(workload)
+    except UnknownWorkload as exc:
+        raise JobSpecError("workload", str(exc)) from exc
+    try:
+        return validate_params(workload, params, data_dir=settings.ZICO_DATA_DIR)
+    except ParamsError as exc:
+        field = "params" if exc.field == "params" else f"params.{exc.field}"
+        raise JobSpecError(field, exc.message) from exc
+
+
+def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] | None = None,
+               budget_bytes: int | None = None, priority: int = 0, name: str = "") -> Job:
+    """Validate and store a new queued job.
+
+    Args:
+        tenant: the tenant that owns the job; ``owner`` must be a member with role member or higher.
+        workload: catalog key (``workers.workloads.catalog``).
+        params: workload params; checked against the workload's JSON Schema, defaults filled in.
+        budget_bytes: the most bytes the job may hold; > 0 and at most the largest device's
+            ``total_bytes`` (unchecked while no device is registered). Required when the tenant has
+            a ``max_total_budget_bytes`` quota.
+        priority: PRIORITY_MIN..PRIORITY_MAX, higher goes first.
+    Raises:
+        PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
+        JobSpecError: naming the field, for an unknown workload, params outside the schema, a
+            non-positive budget, a budget above the largest device, or an exceeded quota.
+    """
+    if not tenant.has_role(owner, Role.MEMBER):
+        raise PermissionDenied(f"{owner} may not submit jobs to {tenant.slug} (role member or higher needed)")
+    name = (name or "").strip()
+    if len(name) > 200:
+        raise JobSpecError("name", "at most 200 characters")
+    priority = _check_int("priority", priority)
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise JobSpecError("priority", f"must lie in [{PRIORITY_MIN}, {PRIORITY_MAX}], got {priority}")
+    full_params = validate_spec(workload, params)
+    if budget_bytes is not None:
+        budget_bytes = _check_int("budget_bytes", budget_bytes)
+        if budget_bytes <= 0:
+            raise JobSpecError("budget_bytes", f"must be a positive number of bytes, got {budget_bytes}")
+        largest = Device.objects.largest_total_bytes()
+        if largest is not None and budget_bytes > largest:
+            raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
+                                               f"of {largest} bytes")
+    with transaction.atomic():
+        # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
+        locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        quota = locked.max_total_budget_bytes
+        if quota is not None:
+            if budget_bytes is None:
+                raise JobSpecError("budget_bytes", f"required: tenant {locked.slug} has a total budget quota "
+                                                   f"of {quota} bytes")
+            used = locked.jobs.unfinished().aggregate(s=models.Sum("budget_bytes"))["s"] or 0
+            if used + budget_bytes > quota:
+                raise JobSpecError("budget_bytes", f"quota exceeded: tenant {locked.slug} has {used} of {quota} "
+                                                   f"bytes budgeted by unfinished jobs; {budget_bytes} more "
+                                                   f"does not fit")
+        iterations = full_params.get("iterations")
+        job = Job.objects.create(tenant=locked, owner=owner, name=name, workload=workload, params=full_params,
+                                 budget_bytes=budget_bytes, priority=priority,
+                                 total_iterations=iterations if isinstance(iterations, int) else None)
+        Event.record(Event.Kind.STATUS_CHANGE, job=job, actor=owner, reason="submitted",
+                     **{"from": None, "to": JobStatus.QUEUED})
+    return job
