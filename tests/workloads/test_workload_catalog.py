@@ -50,6 +50,7 @@ def test_it_names_an_unknown_key():
         ({"precision": "fp16"}, "precision"),
         ({"optimizer": "lamb"}, "optimizer"),
         ({"seq_len": 100_000}, "seq_len"),
+        ({"seq_len": 2048}, "seq_len"),  # beyond GPT-2 small's 1,024 positions
         ({"builder": "os:system"}, "builder"),
         ({"image_size": 32}, "image_size"),  # not a parameter of a language model
         ({"corpus": "/etc/passwd"}, "corpus"),

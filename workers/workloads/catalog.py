@@ -120,10 +120,12 @@ def _image(key: str, title: str, builder: str, defaults: dict[str, Any], descrip
                     builder, description)
 
 
-def _text(key: str, title: str, task: str, builder: str, defaults: dict[str, Any], description: str) -> Workload:
+def _text(key: str, title: str, task: str, builder: str, defaults: dict[str, Any], description: str,
+          max_seq_len: int = 8192) -> Workload:
+    text = {**_TEXT, "seq_len": {**_TEXT["seq_len"], "maximum": max_seq_len}}
     base = {"iterations": 100, "lr": 1e-3, "precision": "fp32", "optimizer": "adamw", "seed": 0,
             "data": "real", "corpus": "corpus/python-docs.txt"}
-    return Workload(key, title, task, _schema(_TEXT, title), {**base, **defaults}, builder, description)
+    return Workload(key, title, task, _schema(text, title), {**base, **defaults}, builder, description)
 
 
 _M = "workers.workloads.models"
@@ -139,10 +141,10 @@ _BUILTIN: tuple[Workload, ...] = (
            "ResNet-50 (HF transformers ResNetConfig, random init) on digits images resized to RGB."),
     _text("bert-base", "BERT-base masked LM", "masked-lm", f"{_M}:build_bert_base",
           {"batch_size": 8, "seq_len": 128, "lr": 1e-4},
-          "BERT-base (110M parameters, random init) masked-LM on a byte-level text corpus."),
+          "BERT-base (110M parameters, random init) masked-LM on a byte-level text corpus.", 512),
     _text("gpt2-small", "GPT-2 small causal LM", "causal-lm", f"{_M}:build_gpt2_small",
           {"batch_size": 8, "seq_len": 256, "lr": 3e-4},
-          "GPT-2 small (124M parameters, random init) causal LM on a byte-level text corpus."),
+          "GPT-2 small (124M parameters, random init) causal LM on a byte-level text corpus.", 1024),
     _text("tiny-lm", "Tiny GPT causal LM (small, fast tests)", "causal-lm", f"{_M}:build_tiny_lm",
           {"batch_size": 16, "seq_len": 64, "lr": 3e-3, "iterations": 60},
           "A 2-layer GPT-2-style model on a byte-level text corpus; learns in seconds on CPU."),
