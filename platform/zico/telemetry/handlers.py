@@ -1,0 +1,236 @@
+"""What the control consumer does with each message from a device worker: the database side of the link.
+
+Device workers never write the database (DESIGN.md); these functions do it for them, one message at a time.
+Each handler is idempotent where a message may be seen twice (a consumer that dies before acking re-reads
+its pending messages), and refuses stale runs: a ``job_started`` for a placement that is no longer the job's
+active one gets that run aborted through Redis (see :func:`zico.telemetry.keys.abort_key`).
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone as dt_timezone
+from typing import Any
+
+from django.db import transaction
+
+from zico.cluster.models import Device, Node, Placement
+from zico.jobs.models import Event, Job, MemoryProfile
+from zico.jobs.transitions import TERMINAL, IllegalTransition, JobStatus as S
+
+from . import keys
+from .downsample import Point
+from .models import TelemetryGap, TimelinePoint
+
+log = logging.getLogger(__name__)
+
+
+def _dt(t: float) -> datetime:
+    return datetime.fromtimestamp(float(t), tz=dt_timezone.utc)
+
+
+def device_for(dev: str) -> Device | None:
+    """The Device row of a device key, or None if that worker never registered."""
+    kind, host, index = keys.parse_device_key(dev)
+    return Device.objects.select_related("node").filter(node__host=host, kind=kind, index=index).first()
+
+
+def _job(msg: dict[str, Any]) -> Job | None:
+    job = Job.objects.filter(pk=msg.get("job")).first()
+    if job is None:
+        log.warning("message about unknown job %r ignored: %s", msg.get("job"), msg.get("msg"))
+    return job
+
+
+def _current_run(job: Job, msg: dict[str, Any]) -> bool:
+    """True when ``msg`` comes from the run of the job's active placement (or names no placement)."""
+    placement = msg.get("placement")
+    if placement is None:
+        return True
+    active = job.active_placement()
+    return active is not None and active.pk == int(placement)
+
+
+def _move(job: Job, to: str, **kw) -> bool:
+    try:
+        job.transition(to, **kw)
+        return True
+    except IllegalTransition as exc:
+        log.info("%s", exc)
+        return False
+
+
+def end_placement_if_done(placement: Placement | None, reason: str) -> None:
+    """End ``placement`` once none of its jobs is still placed or running."""
+    if placement is None or placement.ended_at is not None:
+        return
+    if not placement.jobs.filter(status__in=[S.PLACED, S.RUNNING]).exists():
+        placement.end(reason)
+
+
+# -- handlers ------------------------------------------------------------------------------------
+def on_worker_up(msg: dict[str, Any], r) -> Device:
+    """Register (or refresh) the worker's node and device; requeue runs its previous process left behind."""
+    kind, host, index = keys.parse_device_key(msg["device"])
+    total = int(msg["total_bytes"])
+    with transaction.atomic():
+        node, _ = Node.objects.get_or_create(host=host)
+        dev = Device.objects.select_for_update().filter(node=node, kind=kind, index=index).first()
+        if dev is None:
+            budget = min(int(msg.get("budget_bytes") or total), total)
+            dev = Device.objects.create(node=node, kind=kind, index=index, name=str(msg.get("name", ""))[:100],
+                                        uuid=str(msg.get("uuid", ""))[:64], total_bytes=total, budget_bytes=budget)
+        else:
+            dev.name, dev.uuid, dev.total_bytes = str(msg.get("name", ""))[:100], str(msg.get("uuid", ""))[:64], total
+            dev.budget_bytes = min(dev.budget_bytes, total)
+            dev.status = "online"
+            dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "status"])
+        Node.objects.filter(pk=node.pk).update(status="online")
+    dev.heartbeat(_dt(msg["t"]))
+    r.set(keys.budget_key(msg["device"]), dev.budget_bytes)
+    # One process per device: a new process means the old one is gone, with whatever it was running.
+    started = _dt(msg.get("started_at", msg["t"]))
+    stranded = Job.objects.filter(status=S.RUNNING, placements__device=dev, placements__ended_at__isnull=True,
+                                  placements__started_at__lt=started).distinct()
+    if stranded.exists():
+        declare_lost(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})")
+    return dev
+
+
+def on_job_started(msg: dict[str, Any], r) -> None:
+    job = _job(msg)
+    if job is None:
+        return
+    if not _current_run(job, msg) or job.status not in (S.PLACED, S.RUNNING):
+        log.warning("aborting stale run of job %s (placement %s, job is %s)", job.pk, msg.get("placement"), job.status)
+        r.set(keys.abort_key(job.pk, msg.get("placement")), "stale", ex=keys.CANCEL_TTL_S)
+        return
+    dev = device_for(msg["device"])
+    if job.status == S.PLACED:
+        _move(job, S.RUNNING, device=dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
+    if msg.get("iterations") is not None:
+        Job.objects.filter(pk=job.pk).update(total_iterations=int(msg["iterations"]))
+
+
+def on_job_progress(msg: dict[str, Any], r) -> None:
+    job = _job(msg)
+    if job is None or not _current_run(job, msg):
+        return
+    Job.objects.filter(pk=job.pk).update(progress_iteration=max(0, int(msg["iteration"])),
+                                         total_iterations=msg.get("iterations") or job.total_iterations)
+
+
+def on_job_delay(msg: dict[str, Any], r) -> None:
+    job = _job(msg)
+    if job is None or not _current_run(job, msg):
+        return
+    Event.record(Event.Kind.DELAY, job=job, device=device_for(msg["device"]), iteration=msg.get("iteration"),
+                 delay_s=float(msg.get("delay_s", 0.0)), reason=str(msg.get("reason", ""))[:500])
+
+
+def on_job_finished(msg: dict[str, Any], r) -> None:
+    """Record the outcome and metrics of a run; the placement ends when all its jobs are done."""
+    job = _job(msg)
+    if job is None:
+        return
+    if not _current_run(job, msg):
+        log.info("ignoring the end of a stale run of job %s", job.pk)
+        return
+    status, metrics = msg.get("status"), dict(msg.get("metrics") or {})
+    dev = device_for(msg["device"])
+    placement = job.active_placement()
+    if status not in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
+        log.warning("job %s: unknown outcome %r", job.pk, status)
+        return
+    if job.status == S.PLACED and status != S.CANCELLED:
+        _move(job, S.RUNNING, device=dev)  # started message lost: the run did start
+    if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
+        Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
+    else:
+        _move(job, status, device=dev, reason=str(msg.get("reason") or "")[:2000], metrics=metrics)
+    if metrics.get("iterations_done") is not None:
+        Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
+    end_placement_if_done(placement, f"job {job.pk} {status}")
+
+
+def on_profile_done(msg: dict[str, Any], r) -> None:
+    job = _job(msg)
+    if job is None:
+        return
+    if msg.get("error"):
+        _move(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000], device=device_for(msg["device"]))
+        return
+    MemoryProfile.record(job, msg["curve"])
+    if job.status == S.PROFILING:
+        _move(job, S.READY, device=device_for(msg["device"]))
+
+
+def on_telemetry_gap(msg: dict[str, Any], r) -> None:
+    dev = device_for(msg["device"])
+    if dev is not None:
+        TelemetryGap.objects.create(device=dev, start=_dt(msg["start"]), end=_dt(msg["end"]))
+
+
+def on_oom(msg: dict[str, Any], r) -> None:
+    log.warning("out of memory on %s for job %s: %s", msg.get("device"), msg.get("job"), msg.get("details"))
+
+
+HANDLERS = {
+    "worker_up": on_worker_up,
+    "job_started": on_job_started,
+    "job_progress": on_job_progress,
+    "job_delay": on_job_delay,
+    "job_finished": on_job_finished,
+    "profile_done": on_profile_done,
+    "telemetry_gap": on_telemetry_gap,
+    "oom": on_oom,
+    "worker_down": lambda msg, r: None,
+}
+
+
+def handle(msg: dict[str, Any], r) -> None:
+    """Dispatch one lifecycle message. Raises KeyError/ValueError on a malformed one."""
+    HANDLERS[msg["msg"]](msg, r)
+
+
+# -- timeline ----------------------------------------------------------------------------------
+def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
+    """Insert downsampled points (one per second per series; duplicates ignored). Returns rows offered."""
+    rows = []
+    job_ids = {p.job for p in points if p.job is not None}
+    known_jobs = set(Job.objects.filter(pk__in=job_ids).values_list("pk", flat=True)) if job_ids else set()
+    for p in points:
+        if p.device not in devices:
+            devices[p.device] = device_for(p.device)
+        dev = devices[p.device]
+        if dev is None or (p.job is not None and p.job not in known_jobs):
+            continue
+        rows.append(TimelinePoint(device=dev, job_id=p.job, second=p.second, time=_dt(p.second),
+                                  allocated_bytes=p.allocated, reserved_bytes=p.reserved, iteration=p.iteration,
+                                  phase=p.phase, device_used_bytes=p.device_used, budget_bytes=p.budget,
+                                  samples=p.samples))
+    TimelinePoint.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+# -- lost workers ------------------------------------------------------------------------------
+def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = None) -> list[Job]:
+    """Mark ``jobs`` lost on ``dev`` with a worker_lost Event each, then requeue them (or fail them once they
+    have been lost ``max_losses`` times). Ends their placements. Returns the jobs moved."""
+    from django.conf import settings
+
+    max_losses = max_losses or int(getattr(settings, "ZICO_MAX_WORKER_LOSSES", 3))
+    moved = []
+    for job in jobs:
+        placement = job.active_placement()
+        if not _move(job, S.LOST, device=dev, reason=reason):
+            continue
+        Event.record(Event.Kind.WORKER_LOST, job=job, device=dev, reason=reason, lost_count=job.lost_count,
+                     placement=placement.pk if placement else None)
+        if placement is not None:
+            placement.end(f"worker lost: {reason}")
+        if job.lost_count >= max_losses:
+            _move(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
+        else:
+            _move(job, S.QUEUED, device=dev, reason="requeued after worker loss; resumes from its checkpoint")
+        moved.append(job)
+    return moved

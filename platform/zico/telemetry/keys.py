@@ -1,0 +1,110 @@
+"""Redis key and channel names — the one module that declares them, shared by device workers and the web side.
+
+Device workers talk to the web side only through Redis (DESIGN.md). Everything they exchange is named here:
+
+=================================  ======  ====================================================================
+name                               type    meaning
+=================================  ======  ====================================================================
+``zico:telemetry``                 stream  memory samples (job, device, t, allocated, reserved, iteration, phase)
+                                           read by the control consumer; trimmed to ``TELEMETRY_STREAM_MAXLEN``
+``zico:live:device:<dev>``         pubsub  the same samples, for live pages of one device
+``zico:live:job:<job>``            pubsub  the same samples, for live pages of one job
+``zico:control``                   stream  lifecycle messages worker -> control consumer (see ``EVENT_KINDS``)
+``zico:workers``                   set     device keys of every worker that ever registered
+``zico:worker:<dev>:heartbeat``    string  JSON {pid, t, jobs}; expires after ``HEARTBEAT_TTL_S``
+``zico:device:<dev>:budget``       string  budget bytes the web side wants the device to hold; read by the worker
+``zico:job:<job>:cancel``          string  set by the web side to cancel a running job (the worker checks it
+                                           before every iteration)
+``zico:job:<job>:abort:<pl>``      string  set by the control consumer to stop a stale run (placement ``pl``
+                                           is no longer the job's active placement)
+``zico:job:<job>:done``            string  outcome of a finished run (makes ``run_job`` idempotent)
+=================================  ======  ====================================================================
+
+``<dev>`` is a device key from :func:`device_key`, e.g. ``gpu.node1.0`` or ``cpu.node1.0``.
+This module imports nothing from Django or torch.
+"""
+from __future__ import annotations
+
+import re
+
+PREFIX = "zico"
+TELEMETRY_STREAM = f"{PREFIX}:telemetry"
+CONTROL_STREAM = f"{PREFIX}:control"
+CONTROL_GROUP = "control"  # consumer group of the control consumer(s) on both streams
+WORKERS_SET = f"{PREFIX}:workers"
+
+# Samples are lossy live data: keep at most this many in the stream (~ minutes at 4 Hz x 100 jobs).
+TELEMETRY_STREAM_MAXLEN = 100_000
+# A worker refreshes its heartbeat every HEARTBEAT_INTERVAL_S; the key expires after HEARTBEAT_TTL_S.
+HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_TTL_S = 30
+# Reporter publishing period: 0.2 s = 5 Hz (issue 6 asks for >= 4 Hz).
+SAMPLE_INTERVAL_S = 0.2
+CANCEL_TTL_S = 24 * 3600
+DONE_TTL_S = 7 * 24 * 3600
+
+# Lifecycle messages on CONTROL_STREAM; each entry's ``data`` field is JSON with ``msg`` (one of these),
+# ``t`` (unix s) and ``device`` (device key), plus the fields listed.
+EVENT_KINDS = (
+    "worker_up",       # device registration: device, kind, host, index, name, uuid, total_bytes, pid, slots
+    "worker_down",     # clean shutdown of a worker: device
+    "job_started",     # job, device, placement, attempt, resumed_from (iteration)
+    "job_progress",    # job, device, iteration, iterations, iterations_per_s
+    "job_delay",       # job, device, iteration, delay_s, reason (imposed by the coordinator)
+    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics
+    "profile_done",    # job, device, curve (DESIGN contract) or error
+    "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
+    "oom",             # job, device, details (allocator's last_oom())
+)
+
+_DEVICE_RE = re.compile(r"^(gpu|cpu)\.[A-Za-z0-9][A-Za-z0-9_-]*\.\d+$")
+
+
+def device_key(kind: str, host: str, index: int) -> str:
+    """The device's name in Redis keys, e.g. ``gpu.node1.0``. Raises ValueError on bad parts."""
+    key = f"{kind}.{host}.{index}"
+    if not isinstance(index, int) or index < 0 or not _DEVICE_RE.match(key):
+        raise ValueError(f"invalid device (kind={kind!r}, host={host!r}, index={index!r}): "
+                         "kind is 'gpu' or 'cpu', host letters/digits/'-'/'_', index a non-negative int")
+    return key
+
+
+def parse_device_key(key: str) -> tuple[str, str, int]:
+    """Inverse of :func:`device_key`: ``'gpu.node1.0'`` -> ``('gpu', 'node1', 0)``. Raises ValueError."""
+    if not isinstance(key, str) or not _DEVICE_RE.match(key):
+        raise ValueError(f"invalid device key {key!r} (expected '<gpu|cpu>.<host>.<index>')")
+    kind, host, index = key.split(".")
+    return kind, host, int(index)
+
+
+def live_device_channel(dev: str) -> str:
+    return f"{PREFIX}:live:device:{dev}"
+
+
+def live_job_channel(job_id: int) -> str:
+    return f"{PREFIX}:live:job:{int(job_id)}"
+
+
+def heartbeat_key(dev: str) -> str:
+    return f"{PREFIX}:worker:{dev}:heartbeat"
+
+
+def budget_key(dev: str) -> str:
+    return f"{PREFIX}:device:{dev}:budget"
+
+
+def cancel_key(job_id: int) -> str:
+    return f"{PREFIX}:job:{int(job_id)}:cancel"
+
+
+def abort_key(job_id: int, placement_id) -> str:
+    return f"{PREFIX}:job:{int(job_id)}:abort:{placement_id}"
+
+
+def done_key(job_id: int) -> str:
+    return f"{PREFIX}:job:{int(job_id)}:done"
+
+
+def request_cancel(redis_client, job_id: int) -> None:
+    """Ask the worker running ``job_id`` to stop before its next iteration (web side helper)."""
+    redis_client.set(cancel_key(job_id), "1", ex=CANCEL_TTL_S)

@@ -1,0 +1,70 @@
+"""Lost-worker detection: a device whose heartbeat key stops changing for ``lost_after_s`` is declared lost.
+
+Note [Heartbeats without clock skew]
+    Workers refresh ``zico:worker:<dev>:heartbeat`` every second with a new value. The consumer does not
+    compare the worker's clock with its own; it records, on its *own* monotonic clock, when it last saw the
+    value change. A device is lost when that is more than ``lost_after_s`` ago (default 15 s, so lost jobs
+    are requeued well within a minute). When the consumer itself could not reach Redis, every device gets a
+    fresh grace period on reconnect, so a Redis outage never reads as a dead worker.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from django.conf import settings
+from django.utils import timezone
+
+from zico.cluster.models import Device
+from zico.jobs.models import Job
+from zico.jobs.transitions import JobStatus as S
+
+from . import keys
+from .handlers import declare_lost
+
+log = logging.getLogger(__name__)
+
+
+class Liveness:
+    """Tracks heartbeats of registered devices and declares lost the ones that stop (see the Note)."""
+
+    def __init__(self, lost_after_s: float | None = None, clock=time.monotonic):
+        self.lost_after_s = float(lost_after_s or getattr(settings, "ZICO_WORKER_LOST_AFTER_S", 15))
+        self.clock = clock
+        self._seen: dict[str, tuple[bytes | None, float]] = {}  # dev -> (last value, when it changed)
+        self._down: set[str] = set()
+
+    def grace(self) -> None:
+        """Restart every device's timer (after the consumer's own Redis outage or start)."""
+        now = self.clock()
+        self._seen = {dev: (value, now) for dev, (value, _) in self._seen.items()}
+
+    def check(self, r) -> list[str]:
+        """Read every device's heartbeat; declare lost the silent ones. Returns the devices declared lost."""
+        now = self.clock()
+        devices = {keys.device_key(d.kind, d.node.host, d.index): d
+                   for d in Device.objects.select_related("node").exclude(status="offline")}
+        names = list(devices)
+        values = r.mget([keys.heartbeat_key(dev) for dev in names]) if names else []
+        lost = []
+        for dev, value in zip(names, values):
+            last_value, since = self._seen.get(dev, (None, now))
+            if dev not in self._seen or value != last_value:
+                self._seen[dev] = (value, now)
+                if value is not None:
+                    devices[dev].heartbeat(timezone.now())
+                    self._down.discard(dev)
+                continue
+            if now - since > self.lost_after_s and dev not in self._down:
+                self._down.add(dev)
+                lost.append(dev)
+                self._lose(devices[dev], now - since)
+        return lost
+
+    def _lose(self, dev: Device, silent_s: float) -> None:
+        reason = f"no heartbeat from {dev} for {silent_s:.0f} s"
+        jobs = list(Job.objects.filter(status__in=[S.PLACED, S.RUNNING, S.PROFILING], placements__device=dev,
+                                       placements__ended_at__isnull=True).distinct())
+        log.warning("device %s lost (%s); %d job(s) affected", dev, reason, len(jobs))
+        Device.objects.filter(pk=dev.pk).update(status="offline")
+        declare_lost(dev, jobs, reason)

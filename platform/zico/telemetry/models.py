@@ -1,0 +1,87 @@
+"""Stored telemetry: the downsampled memory timeline (<= 1 point per second per job) and telemetry gaps.
+
+Written only by the control consumer (:mod:`zico.telemetry.consumer`); read by pages and the API.
+Retention is bounded: :func:`prune` deletes points older than ``settings.ZICO_TIMELINE_RETENTION_S``
+(default 7 days), so the table holds at most ``retention x 1 point/s`` per running job.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+
+
+class TimelinePoint(models.Model):
+    """One second of one job's memory on one device (``job`` empty: the whole device's pool).
+
+    Byte fields are the *largest* value sampled within the second (so a stored timeline never hides a
+    peak); ``iteration`` and ``phase`` are the last ones seen in it.
+    """
+
+    device = models.ForeignKey("cluster.Device", on_delete=models.CASCADE, related_name="timeline")
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, null=True, blank=True, related_name="timeline")
+    second = models.BigIntegerField(help_text="unix time of the sample's second (floor)")
+    time = models.DateTimeField(help_text="the same second as a datetime (UTC)")
+    allocated_bytes = models.BigIntegerField()
+    reserved_bytes = models.BigIntegerField()
+    iteration = models.BigIntegerField(null=True, blank=True)
+    phase = models.CharField(max_length=16, blank=True)
+    device_used_bytes = models.BigIntegerField(null=True, blank=True, help_text="NVML memory.used (GPU) or RSS")
+    budget_bytes = models.BigIntegerField(null=True, blank=True)
+    samples = models.PositiveIntegerField(default=1, help_text="live samples folded into this point")
+
+    class Meta:
+        ordering = ["second", "id"]
+        indexes = [
+            models.Index(fields=["device", "second"], name="timeline_device_second"),
+            models.Index(fields=["job", "second"], name="timeline_job_second"),
+            models.Index(fields=["time"], name="timeline_time"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "second"], condition=models.Q(job__isnull=False),
+                                    name="timeline_one_point_per_job_second"),
+            models.UniqueConstraint(fields=["device", "second"], condition=models.Q(job__isnull=True),
+                                    name="timeline_one_point_per_device_second"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.device_id}/{self.job_id or 'device'} @ {self.second}"
+
+    def to_dict(self) -> dict:
+        return {"t": self.second, "job": self.job_id, "allocated": self.allocated_bytes,
+                "reserved": self.reserved_bytes, "iteration": self.iteration, "phase": self.phase,
+                "device_used": self.device_used_bytes, "budget": self.budget_bytes}
+
+
+class TelemetryGap(models.Model):
+    """A stretch during which a device worker could not reach Redis (its samples are missing there)."""
+
+    device = models.ForeignKey("cluster.Device", on_delete=models.CASCADE, related_name="telemetry_gaps")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-start"]
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    def __str__(self) -> str:
+        return f"gap on {self.device_id}: {self.seconds:.1f} s from {self.start:%H:%M:%S}"
+
+
+def retention_s() -> int:
+    return int(getattr(settings, "ZICO_TIMELINE_RETENTION_S", DEFAULT_RETENTION_S))
+
+
+def prune(now=None) -> int:
+    """Delete timeline points older than the retention; returns how many were deleted."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=retention_s())
+    deleted, _ = TimelinePoint.objects.filter(time__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,55 @@
+"""Fixtures for telemetry tests: a clean Redis database of this lane's own, and a job on a device."""
+import os
+
+import pytest
+import redis as redis_lib
+
+from zico.cluster.models import Device, Node, Placement
+from zico.jobs.models import Job
+from zico.tenants.models import Tenant
+
+
+@pytest.fixture
+def redis_url():
+    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def r(redis_url):
+    client = redis_lib.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
+def tenant(db):
+    return Tenant.objects.create(name="Acme", slug="acme")
+
+
+def _make_device(host="h1", kind="cpu", index=0, total=4 << 30, budget=3 << 30):
+    node, _ = Node.objects.get_or_create(host=host)
+    return Device.objects.create(node=node, kind=kind, index=index, name="CPU pool", total_bytes=total,
+                                 budget_bytes=budget)
+
+
+def _make_placed_job(tenant, device, workload="digits-cnn"):
+    """A job moved queued -> ready -> placed on ``device`` through the transition function."""
+    job = Job.objects.create(tenant=tenant, workload=workload, params={})
+    job.transition("ready")
+    placement = Placement.objects.create(device=device, plan={})
+    placement.jobs.add(job)
+    job.transition("placed", device=device)
+    return job, placement
+
+
+@pytest.fixture
+def make_device(db):
+    """Factory: a Device on a Node (``host``, ``kind``, ``index``, ``total``, ``budget`` bytes)."""
+    return _make_device
+
+
+@pytest.fixture
+def make_placed_job(db):
+    """Factory: ``(job, placement)`` for a job placed on a device."""
+    return _make_placed_job

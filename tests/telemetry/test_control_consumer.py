@@ -1,0 +1,192 @@
+"""The control consumer turns device workers' Redis messages into database rows (real Redis, real PostgreSQL).
+
+Messages are produced by the workers' own :class:`workers.link.Link`, so the test covers both ends.
+"""
+import time
+
+import pytest
+from django.utils import timezone
+
+from workers.link import Link
+from zico.cluster.models import Device
+from zico.jobs.models import Event, Job
+from zico.telemetry import keys
+from zico.telemetry.consumer import ControlConsumer
+from zico.telemetry.models import TelemetryGap, TimelinePoint, prune
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEV = "cpu.h1.0"
+
+
+def drain(consumer, rounds=6):
+    for _ in range(rounds):
+        consumer.step()
+
+
+@pytest.fixture
+def consumer(redis_url, r):
+    return ControlConsumer(redis_url, name="test", block_ms=20)
+
+
+@pytest.fixture
+def link(redis_url):
+    return Link(redis_url, DEV)
+
+
+def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link, r):
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30,
+              budget_bytes=6 << 30, host="h1", pid=123, slots=2, started_at=time.time())
+    link.flush()
+    drain(consumer)
+    dev = Device.objects.get(node__host="h1", kind="cpu", index=0)
+    assert (dev.total_bytes, dev.budget_bytes, dev.status) == (8 << 30, 6 << 30, "online")
+    assert int(r.get(keys.budget_key(DEV))) == 6 << 30
+
+
+def test_a_run_goes_running_then_succeeded_with_metrics_and_its_placement_ends(consumer, link, tenant, make_device, make_placed_job):
+    dev = make_device()
+    job, placement = make_placed_job(tenant, dev)
+    link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)
+    link.emit("job_progress", job=job.pk, placement=placement.pk, iteration=20, iterations=40)
+    link.emit("job_finished", job=job.pk, placement=placement.pk, status="succeeded", reason="",
+              metrics={"iterations_per_s": 12.5, "peak_allocated_bytes": 1234, "iterations_done": 40})
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    placement.refresh_from_db()
+    assert job.status == "succeeded"
+    assert job.metrics["iterations_per_s"] == 12.5
+    assert (job.progress_iteration, job.total_iterations) == (40, 40)
+    assert placement.ended_at is not None
+    moves = list(Event.objects.filter(job=job, kind="status_change").order_by("time", "id")
+                 .values_list("details__to", flat=True))
+    assert moves[-2:] == ["running", "succeeded"]
+
+
+def test_a_failed_run_keeps_its_reason(consumer, link, tenant, make_device, make_placed_job):
+    job, placement = make_placed_job(tenant, make_device())
+    link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=5, pid=1)
+    link.emit("job_finished", job=job.pk, placement=placement.pk, status="failed",
+              reason="FloatingPointError: iteration 3: loss is nan", metrics={})
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.status == "failed" and "loss is nan" in job.failure_reason
+
+
+def test_a_run_of_a_stale_placement_is_aborted_and_cannot_finish_the_job(consumer, link, tenant, r, make_device, make_placed_job):
+    job, placement = make_placed_job(tenant, make_device())
+    stale = placement.pk + 1000
+    link.emit("job_started", job=job.pk, placement=stale, resumed_from=0, iterations=5, pid=1)
+    link.emit("job_finished", job=job.pk, placement=stale, status="succeeded", metrics={})
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.status == "placed"
+    assert r.exists(keys.abort_key(job.pk, stale))
+    assert link.stop_requested(job.pk, stale) == "aborted"
+    assert link.stop_requested(job.pk, placement.pk) is None
+
+
+def test_samples_become_at_most_one_timeline_point_per_second_per_job(consumer, link, tenant, make_device, make_placed_job):
+    dev = make_device()
+    job, _ = make_placed_job(tenant, dev)
+    t0 = int(time.time()) - 10
+    samples = []
+    for k in range(15):  # 3 s at 5 Hz
+        t = t0 + k * 0.2
+        samples += [{"job": job.pk, "device": DEV, "t": t, "allocated": 10 * k, "reserved": 100 + k,
+                     "iteration": k, "phase": "forward"},
+                    {"job": None, "device": DEV, "t": t, "allocated": 10 * k, "reserved": 500 + k,
+                     "device_used": 900, "budget": 3 << 30}]
+    assert link.publish_samples(samples)
+    drain(consumer)
+    consumer.tick()
+    rows = TimelinePoint.objects.filter(device=dev)
+    job_rows = list(rows.filter(job=job).order_by("second"))
+    assert [p.second for p in job_rows] == [t0, t0 + 1, t0 + 2]
+    assert [p.reserved_bytes for p in job_rows] == [104, 109, 114]  # the max of each second
+    dev_rows = rows.filter(job__isnull=True)
+    assert dev_rows.count() == 3 and dev_rows.first().budget_bytes == 3 << 30
+
+
+def test_a_telemetry_gap_is_stored(consumer, link, make_device):
+    make_device()
+    link.emit("telemetry_gap", start=1000.0, end=1004.5)
+    link.flush()
+    drain(consumer)
+    gap = TelemetryGap.objects.get()
+    assert gap.seconds == pytest.approx(4.5)
+
+
+def test_silent_worker_is_declared_lost_and_its_jobs_requeued_with_an_event(redis_url, r, link, tenant, make_device, make_placed_job):
+    dev = make_device()
+    job, placement = make_placed_job(tenant, dev)
+    job.transition("running", device=dev)
+    consumer = ControlConsumer(redis_url, name="test", block_ms=20, lost_after_s=0.5)
+    link.heartbeat({"pid": 1})
+    consumer.tick()
+    assert Job.objects.get(pk=job.pk).status == "running"
+    time.sleep(0.7)  # no new heartbeat
+    consumer.tick()
+    job.refresh_from_db()
+    placement.refresh_from_db()
+    assert job.status == "queued" and job.lost_count == 1
+    assert placement.ended_at is not None
+    lost = Event.objects.get(kind="worker_lost", job=job)
+    assert lost.device == dev and "no heartbeat" in lost.details["reason"]
+    assert Device.objects.get(pk=dev.pk).status == "offline"
+
+
+def test_a_job_lost_too_often_fails(redis_url, r, link, tenant, settings, make_device, make_placed_job):
+    settings.ZICO_MAX_WORKER_LOSSES = 1
+    dev = make_device()
+    job, _ = make_placed_job(tenant, dev)
+    consumer = ControlConsumer(redis_url, name="test", block_ms=20, lost_after_s=0.3)
+    link.heartbeat({"pid": 1})
+    consumer.tick()
+    time.sleep(0.5)
+    consumer.tick()
+    job.refresh_from_db()
+    assert job.status == "failed" and "worker lost 1 times" in job.failure_reason
+
+
+def test_a_restarted_worker_process_strands_its_running_jobs(consumer, link, tenant, make_device, make_placed_job):
+    dev = make_device()
+    job, placement = make_placed_job(tenant, dev)
+    job.transition("running", device=dev)
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, host="h1",
+              pid=999, slots=2, started_at=time.time() + 1)
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.status == "queued" and job.lost_count == 1
+
+
+def test_cancelled_jobs_on_an_active_placement_get_a_cancel_request(consumer, link, tenant, r, make_device, make_placed_job):
+    dev = make_device()
+    job, _ = make_placed_job(tenant, dev)
+    job.transition("running", device=dev)
+    job.transition("cancelled")
+    consumer.tick()
+    assert link.stop_requested(job.pk, None) == "cancelled"
+
+
+def test_budget_changes_reach_the_worker_key(consumer, r, make_device):
+    dev = make_device(budget=1 << 30)
+    dev.set_budget(2 << 30)
+    consumer.tick()
+    assert int(r.get(keys.budget_key(DEV))) == 2 << 30
+
+
+def test_retention_prunes_old_points(tenant, settings, make_device):
+    settings.ZICO_TIMELINE_RETENTION_S = 60
+    dev = make_device()
+    now = timezone.now()
+    for age in (10, 120):
+        t = now - timezone.timedelta(seconds=age)
+        TimelinePoint.objects.create(device=dev, second=int(t.timestamp()), time=t, allocated_bytes=1,
+                                     reserved_bytes=1)
+    assert prune(now) == 1
+    assert TimelinePoint.objects.count() == 1

@@ -1,0 +1,140 @@
+"""The device worker's process-wide state: which device it owns, its allocator, its link to Redis, and the
+jobs running on it now (read by the reporter, written by the job threads).
+
+One worker process owns one device (DESIGN.md). :func:`configure` builds the one :class:`DeviceRuntime`
+at worker start (``workers.bootstrap``); tasks reach it through :func:`runtime`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zico.telemetry import keys
+
+from .link import Link
+from .nvml import DeviceInfo, cpu_info, gpu_info
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobState:
+    """What the reporter publishes about one running job (updated by its thread)."""
+
+    job_id: int
+    iterations: int
+    iteration: int = -1  # last started iteration
+    phase: str = "setup"  # setup | wait | forward | backward | optimizer | checkpoint | done
+    started_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class WorkerConfig:
+    """How one device worker was started (see ``python -m workers.bootstrap --help``).
+
+    Attributes:
+        kind: ``"gpu"`` or ``"cpu"``.
+        host: host name used in queue names and device keys.
+        index: GPU index (0 for the CPU pool).
+        slots: the most jobs that may share the device (Celery threads-pool concurrency).
+        capacity_bytes: CPU pool capacity (CPU mode; ignored for GPUs, which report NVML memory.total).
+        budget_bytes: initial budget in bytes (None: the device total).
+        redis_url: broker and telemetry Redis.
+        checkpoint_dir: where job checkpoints go (settings ZICO_CHECKPOINT_DIR).
+        data_dir: where workloads read data (settings ZICO_DATA_DIR).
+        checkpoint_every_s: seconds of training between checkpoints.
+    """
+
+    kind: str
+    host: str
+    index: int
+    slots: int
+    capacity_bytes: int | None
+    budget_bytes: int | None
+    redis_url: str
+    checkpoint_dir: Path
+    data_dir: Path
+    checkpoint_every_s: float = 5.0
+
+    @property
+    def device(self) -> str:
+        return keys.device_key(self.kind, self.host, self.index)
+
+
+class DeviceRuntime:
+    """State shared by the job threads and the reporter of one device worker."""
+
+    def __init__(self, config: WorkerConfig, info: DeviceInfo, allocator: Any, link: Link):
+        self.config = config
+        self.info = info
+        self.allocator = allocator  # the zico_allocator module, installed
+        self.link = link
+        self.pid = os.getpid()
+        self._jobs: dict[int, JobState] = {}
+        self._lock = threading.Lock()
+        self.budget_bytes = config.budget_bytes or info.total_bytes
+        self.coordinator = None  # set by bootstrap when the placement package provides one
+
+    @property
+    def device(self) -> str:
+        return self.config.device
+
+    @property
+    def torch_device(self) -> str:
+        return f"cuda:{self.config.index}" if self.config.kind == "gpu" else "cpu"
+
+    def add_job(self, state: JobState) -> None:
+        with self._lock:
+            if state.job_id in self._jobs:
+                raise RuntimeError(f"job {state.job_id} is already running on {self.device}")
+            self._jobs[state.job_id] = state
+
+    def remove_job(self, job_id: int) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    def jobs(self) -> list[JobState]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def set_budget(self, budget_bytes: int) -> None:
+        """Apply a new device budget (bytes) to the allocator and the coordinator."""
+        if budget_bytes == self.budget_bytes:
+            return
+        log.info("device %s: budget %d -> %d bytes", self.device, self.budget_bytes, budget_bytes)
+        self.allocator.set_budget(int(budget_bytes))
+        if self.coordinator is not None and hasattr(self.coordinator, "set_budget"):
+            self.coordinator.set_budget(int(budget_bytes))
+        self.budget_bytes = int(budget_bytes)
+
+    def registration(self) -> dict[str, Any]:
+        """The ``worker_up`` message body: device facts, pid, slots, budget."""
+        return {**self.info.to_dict(), "host": self.config.host, "pid": self.pid,
+                "slots": self.config.slots, "budget_bytes": self.budget_bytes}
+
+
+_runtime: DeviceRuntime | None = None
+
+
+def describe(config: WorkerConfig) -> DeviceInfo:
+    """Device facts: NVML for a GPU, the configured capacity for the CPU pool. Raises DeviceInfoError."""
+    if config.kind == "gpu":
+        return gpu_info(config.index)
+    return cpu_info(config.capacity_bytes if config.capacity_bytes is not None else 0)
+
+
+def set_runtime(rt: DeviceRuntime | None) -> None:
+    global _runtime
+    _runtime = rt
+
+
+def runtime() -> DeviceRuntime:
+    """The process's device runtime. Raises RuntimeError outside a started device worker."""
+    if _runtime is None:
+        raise RuntimeError("no device runtime: device tasks run only in a worker started by workers.bootstrap")
+    return _runtime
