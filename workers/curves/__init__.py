@@ -1,0 +1,6 @@
+"""Memory-curve sources for the workers side, all producing ``placement.curves.MemoryCurve``:
+
+- ``trace``: a short profiling run's allocator trace (plain records) -> curve;
+- ``estimate``: a CPU estimate with fake tensors (no real memory, no GPU);
+- ``snapshot``: import of a ``torch.cuda.memory._dump_snapshot`` pickle (restricted unpickler).
+"""

@@ -1,0 +1,260 @@
+"""Import a PyTorch memory snapshot (``torch.cuda.memory._dump_snapshot`` pickle) as a memory curve.
+
+Note [Snapshots are untrusted input]
+A pickle can run arbitrary code when loaded. ``load_snapshot`` uses an unpickler whose
+``find_class`` refuses every global, so only the pickle protocol's own plain types load (dict,
+list, tuple, str, bytes, int, float, bool, None); any attempt to import a module (``os.system``,
+``builtins.eval``, ...) is refused before anything executes. The loaded object is then checked
+field by field; a malformed file raises SnapshotError naming the problem.
+
+Note [Live bytes before the first event]
+``device_traces`` is a ring buffer: it may begin mid-run, so tensors allocated before its first
+event are still live. The snapshot's ``segments`` give the blocks live at the end (state
+``active_allocated``); subtracting the trace's net change (allocs minus completed frees) gives
+the bytes live before the first event. A free of an address the trace never allocated is such
+an older block; it must lie inside a segment the snapshot knows, or the file is refused.
+
+Live bytes follow PyTorch's *active* count: an ``alloc`` adds its size, a ``free_completed``
+removes it (``free_requested`` only marks the free; the block is reusable once its streams'
+events complete). Older snapshots' ``free`` counts as a completed free.
+
+Iterations: with two or more ``Optimizer.step`` END annotations inside the trace, the curve is
+the last full iteration between two of them; otherwise the whole trace is one window.
+"""
+from __future__ import annotations
+
+import bisect
+import io
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from placement.curves import MAX_BYTES, MemoryCurve, curve_from_samples
+
+MAX_FILE_BYTES = 2 << 30  # refuse snapshot files above 2 GiB
+_ACTIONS = {"alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",
+            "segment_map", "segment_unmap", "snapshot", "oom"}
+
+
+class SnapshotError(ValueError):
+    """The snapshot file is unreadable, hostile or inconsistent; the message says what and where."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads only the pickle protocol's built-in plain types; refuses every import."""
+
+    def find_class(self, module: str, name: str):  # noqa: D401 - pickle's hook
+        raise SnapshotError(
+            f"refused: the pickle asks to import {module}.{name}; a memory snapshot holds only plain "
+            "containers and scalars, so nothing was loaded or executed")
+
+    def persistent_load(self, pid: Any):
+        raise SnapshotError("refused: the pickle uses persistent ids; a memory snapshot does not")
+
+
+def load_snapshot(source: str | Path | bytes | BinaryIO) -> dict[str, Any]:
+    """Read a snapshot pickle safely (see Note [Snapshots are untrusted input]).
+
+    Args:
+        source: a path, the raw bytes, or a binary file object.
+    Raises:
+        SnapshotError: unreadable, truncated, too large, hostile or not a snapshot dict.
+    """
+    if isinstance(source, (str, Path)):
+        try:
+            size = Path(source).stat().st_size
+            if size > MAX_FILE_BYTES:
+                raise SnapshotError(f"snapshot file is {size} bytes; the limit is {MAX_FILE_BYTES}")
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            raise SnapshotError(f"cannot read snapshot {source}: {exc.strerror or exc}") from exc
+    elif isinstance(source, bytes):
+        data = source
+    else:
+        data = source.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise SnapshotError(f"snapshot is larger than the {MAX_FILE_BYTES}-byte limit")
+    if not data:
+        raise SnapshotError("snapshot is empty")
+    try:
+        obj = _PlainUnpickler(io.BytesIO(data)).load()
+    except SnapshotError:
+        raise
+    except EOFError as exc:
+        raise SnapshotError("snapshot pickle is truncated (ended before its STOP opcode)") from exc
+    except (pickle.UnpicklingError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            MemoryError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
+        raise SnapshotError(f"snapshot is not a readable pickle: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise SnapshotError(f"snapshot: expected a dict at the top, got {type(obj).__name__}")
+    for key in ("segments", "device_traces"):
+        if key not in obj:
+            raise SnapshotError(f"snapshot: missing {key!r} (is this a torch.cuda.memory._dump_snapshot file?)")
+    return obj
+
+
+@dataclass(frozen=True)
+class LiveBytes:
+    """Live (active) bytes on one device over the trace.
+
+    times_us: shape (n + 1,), microseconds; entry 0 is the first event's time (state before it).
+    bytes: shape (n + 1,), live bytes from that time on; entry 0 is the bytes live before the first event.
+    steps_end_us: times of ``Optimizer.step`` END annotations on this device, sorted.
+    device: the device index the trace belongs to.
+    """
+
+    times_us: np.ndarray
+    bytes: np.ndarray
+    steps_end_us: list[float]
+    device: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.bytes.max())
+
+
+def _int(v: Any, what: str, lo: int = 0, hi: int = MAX_BYTES) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise SnapshotError(f"{what}: expected an integer, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise SnapshotError(f"{what}: {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _segments(snap: dict[str, Any], device: int) -> tuple[list[tuple[int, int]], int]:
+    """Sorted (start, end) address ranges of the device's segments, and bytes in active blocks."""
+    segs = snap["segments"]
+    if not isinstance(segs, list):
+        raise SnapshotError(f"segments: expected a list, got {type(segs).__name__}")
+    ranges, live = [], 0
+    for i, s in enumerate(segs):
+        if not isinstance(s, dict):
+            raise SnapshotError(f"segments[{i}]: expected a dict, got {type(s).__name__}")
+        if _int(s.get("device", 0), f"segments[{i}].device", 0, 1 << 16) != device:
+            continue
+        start = _int(s.get("address"), f"segments[{i}].address", 0, 1 << 64)
+        total = _int(s.get("total_size"), f"segments[{i}].total_size")
+        ranges.append((start, start + total))
+        blocks = s.get("blocks", [])
+        if not isinstance(blocks, list):
+            raise SnapshotError(f"segments[{i}].blocks: expected a list, got {type(blocks).__name__}")
+        for j, b in enumerate(blocks):
+            if not isinstance(b, dict):
+                raise SnapshotError(f"segments[{i}].blocks[{j}]: expected a dict")
+            size = _int(b.get("size"), f"segments[{i}].blocks[{j}].size")
+            if b.get("state") == "active_allocated":
+                live += size
+    return sorted(ranges), live
+
+
+def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
+    """Live bytes over the device's trace (see Notes above).
+
+    Args:
+        snap: a dict from :func:`load_snapshot`.
+        device: index into ``device_traces``; default: the device with the most events.
+    Raises:
+        SnapshotError: bad field types, negative or huge sizes, unknown actions, time running
+            backwards, frees of addresses outside every known segment, double frees, or live
+            bytes that would go negative (trace and segments disagree).
+    """
+    traces = snap["device_traces"]
+    if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
+        raise SnapshotError("device_traces: expected a list of per-device event lists")
+    if device is None:
+        device = max(range(len(traces)), key=lambda d: len(traces[d])) if traces else 0
+    if not 0 <= device < len(traces) or not traces[device]:
+        raise SnapshotError(f"device_traces[{device}]: no events to build a curve from")
+    ranges, live_end = _segments(snap, device)
+    events = traces[device]
+    n = len(events)
+    times = np.empty(n + 1, dtype=np.float64)
+    delta = np.zeros(n + 1, dtype=np.int64)
+    allocated: dict[int, int] = {}   # addr -> size, allocated within the trace and not yet freed
+    freed: set[int] = set()          # addresses freed (and not re-allocated) within the trace
+    last_t = -np.inf
+    for k, e in enumerate(events):
+        where = f"device_traces[{device}][{k}]"
+        if not isinstance(e, dict):
+            raise SnapshotError(f"{where}: expected a dict, got {type(e).__name__}")
+        action = e.get("action")
+        if action not in _ACTIONS:
+            raise SnapshotError(f"{where}.action: unknown action {action!r}")
+        t = e.get("time_us", 0)
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not np.isfinite(t):
+            raise SnapshotError(f"{where}.time_us: expected a number, got {t!r}")
+        if t < last_t:
+            raise SnapshotError(f"{where}.time_us: time runs backwards ({t} < {last_t})")
+        last_t = times[k + 1] = t
+        if action in ("snapshot", "oom"):
+            continue
+        addr = _int(e.get("addr"), f"{where}.addr", 0, 1 << 64)
+        size = _int(e.get("size"), f"{where}.size")
+        if action.startswith("segment_"):
+            if action in ("segment_alloc", "segment_map"):
+                ranges.append((addr, addr + size))
+                ranges.sort()
+            continue
+        if action == "alloc":
+            if addr in allocated:
+                raise SnapshotError(f"{where}: alloc of address {addr:#x} that is already live")
+            allocated[addr] = size
+            freed.discard(addr)
+            delta[k + 1] = size
+        elif action in ("free_completed", "free"):
+            if addr in freed:
+                raise SnapshotError(f"{where}: double free of address {addr:#x}")
+            if allocated.pop(addr, size) != size:
+                raise SnapshotError(f"{where}: free of {size} bytes at {addr:#x}, which was allocated "
+                                    "with another size")
+            if not _inside(ranges, addr, size):
+                raise SnapshotError(f"{where}: free of unknown address {addr:#x} (in no segment)")
+            freed.add(addr)
+            delta[k + 1] = -size
+        elif not _inside(ranges, addr, size):  # free_requested
+            raise SnapshotError(f"{where}: free of unknown address {addr:#x} (in no segment)")
+    times[0] = times[1]
+    live = np.cumsum(delta) + (live_end - int(delta.sum()))
+    if live.min() < 0:
+        k = int(np.argmax(live < 0))
+        raise SnapshotError(f"device_traces[{device}][{max(k - 1, 0)}]: live bytes would go negative; "
+                            "the trace and the segments disagree")
+    steps = sorted(float(a["time_us"]) for a in snap.get("external_annotations") or []
+                   if isinstance(a, dict) and a.get("stage") == "END" and isinstance(a.get("time_us"), (int, float))
+                   and "Optimizer.step" in str(a.get("name", "")) and a.get("device", device) == device)
+    return LiveBytes(times, live.astype(np.float64), steps, device)
+
+
+def _inside(ranges: list[tuple[int, int]], addr: int, size: int) -> bool:
+    i = bisect.bisect_right(ranges, (addr, float("inf"))) - 1
+    return i >= 0 and ranges[i][0] <= addr and addr + size <= ranges[i][1]
+
+
+def snapshot_curve(source: str | Path | bytes | BinaryIO, device: int | None = None,
+                   meta: dict[str, Any] | None = None) -> MemoryCurve:
+    """A ``torch-snapshot`` curve from a snapshot file (see the module notes for the window).
+
+    Raises SnapshotError (from loading or :func:`live_bytes`, or when the events span no time).
+    """
+    lb = live_bytes(load_snapshot(source), device)
+    t, b = lb.times_us, lb.bytes
+    t0, t1 = t[0], t[-1]
+    inside = [s for s in lb.steps_end_us if t0 <= s <= t1]
+    window = "whole trace"
+    if len(inside) >= 2:
+        t0, t1 = inside[-2], inside[-1]
+        window = "between the last two optimizer steps"
+    lo = max(int(np.searchsorted(t, t0, side="right")) - 1, 0)
+    hi = int(np.searchsorted(t, t1, side="right"))
+    ts, bs = t[lo:hi].copy(), b[lo:hi].copy()
+    ts[0] = t0
+    ts, bs = np.append(ts, t1), np.append(bs, bs[-1])
+    if ts[-1] <= ts[0]:
+        raise SnapshotError("device_traces: the events span no time; a curve needs a time window")
+    return curve_from_samples(ts / 1e6, bs, source="torch-snapshot",
+                              device=f"cuda:{lb.device}",
+                              meta={"window": window, "events": int(len(t) - 1),
+                                    "trace_peak_bytes": lb.peak_bytes, **(meta or {})})
