@@ -84,13 +84,17 @@ def check_redis_url(app_configs=None, **kwargs):
     return []
 
 
-def check_sqlite_in_production(app_configs=None, **kwargs):
-    engine = settings.DATABASES["default"]["ENGINE"]
-    if not settings.DEBUG and engine.endswith("sqlite3"):
+def sqlite_in_production(debug: bool, databases: dict) -> list[Warning]:
+    """The W004 rule as a pure function of DEBUG and DATABASES (testable without touching settings)."""
+    if not debug and databases["default"]["ENGINE"].endswith("sqlite3"):
         return [Warning("SQLite is the database while DEBUG is off.",
                         hint="Use PostgreSQL (DATABASE_URL=postgres://…) for the web, scheduler and control "
                              "consumer writing at once.", id="zico.W004")]
     return []
+
+
+def check_sqlite_in_production(app_configs=None, **kwargs):
+    return sqlite_in_production(settings.DEBUG, settings.DATABASES)
 
 
 def register_all() -> None:

@@ -1,0 +1,38 @@
+"""Access helpers shared by the API views: tenant roles, staff checks, field-named 400s.
+
+Scoping rule: a view's queryset only ever holds the caller's tenants' objects, so another
+tenant's object is a 404 (never a 403 that would confirm it exists). Within a tenant, a role
+too low for the action is a 403.
+"""
+from __future__ import annotations
+
+from rest_framework import exceptions, permissions
+
+from zico.tenants.models import Role, Tenant
+
+
+def require_role(tenant: Tenant, user, at_least: str, action: str) -> None:
+    """Raise 403 unless ``user`` has role ``at_least`` or higher in ``tenant``."""
+    if not tenant.has_role(user, at_least):
+        raise exceptions.PermissionDenied(f"{action} needs role {at_least} or higher in {tenant.slug}")
+
+
+def is_cluster_admin(user) -> bool:
+    """Tenant-independent administrators: Django staff or superusers."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+class IsClusterAdminOrReadOnly(permissions.BasePermission):
+    message = "only cluster administrators (staff) may change this"
+
+    def has_permission(self, request, view):
+        return request.method in permissions.SAFE_METHODS or is_cluster_admin(request.user)
+
+
+def field_error(field: str, message: str) -> exceptions.ValidationError:
+    """A 400 naming ``field``; a dotted field (``params.batch_size``) becomes a nested error."""
+    head, _, rest = field.partition(".")
+    return exceptions.ValidationError({head: {rest: [message]}} if rest else {head: [message]})
+
+
+ROLE_CHOICES = Role.values

@@ -1,0 +1,48 @@
+"""Devices API: every signed-in user lists and reads devices; only cluster staff set budgets.
+
+Devices are shared infrastructure, not tenant objects, so they are visible to all users; what
+runs on them (jobs, placements) is shown only through the tenant-scoped jobs API.
+"""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from zico.cluster.models import BudgetError, Device
+
+from .access import IsClusterAdminOrReadOnly, field_error
+
+
+class DeviceSerializer(serializers.ModelSerializer):
+    host = serializers.CharField(source="node.host", read_only=True)
+    queue = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Device
+        fields = ["id", "host", "index", "kind", "uuid", "name", "total_bytes", "budget_bytes", "status",
+                  "last_heartbeat", "queue"]
+        read_only_fields = [f for f in fields if f != "budget_bytes"]
+
+
+class DeviceBudgetSerializer(serializers.Serializer):
+    budget_bytes = serializers.IntegerField(help_text="bytes; 0 <= budget <= total_bytes")
+
+
+class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = DeviceSerializer
+    permission_classes = [IsAuthenticated, IsClusterAdminOrReadOnly]
+    queryset = Device.objects.select_related("node")
+
+    @extend_schema(request=DeviceBudgetSerializer, responses={200: DeviceSerializer})
+    def partial_update(self, request, pk=None):
+        """Set the device's memory budget (staff only); records a budget_change Event."""
+        device = self.get_object()
+        body = DeviceBudgetSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            device.set_budget(body.validated_data["budget_bytes"], actor=request.user)
+        except BudgetError as exc:
+            raise field_error(exc.field, str(exc)) from exc
+        return Response(DeviceSerializer(device).data)

@@ -1,0 +1,106 @@
+"""Jobs API: list, retrieve, submit, cancel — scoped to the caller's tenants."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job
+from zico.jobs.submission import JobSpecError, submit_job
+from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
+from zico.tenants.models import ROLE_RANK, Role, Tenant
+
+from .access import field_error, require_role
+
+
+class JobSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "tenant", "owner", "name", "workload", "params", "budget_bytes", "priority", "status",
+                  "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
+                  "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations"]
+        read_only_fields = fields
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """Input of POST /api/jobs/. Types are checked here; meaning (catalog, devices, quota) by submit_job."""
+
+    tenant = serializers.SlugField(required=False, help_text="tenant slug; optional when you can submit to one")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    workload = serializers.CharField(max_length=64, help_text="catalog key, see /api/workloads/")
+    params = serializers.JSONField(required=False, default=dict, help_text="workload params (its JSON Schema)")
+    budget_bytes = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                            help_text="bytes; > 0, at most the largest device's total")
+    priority = serializers.IntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
+
+    def validate_tenant(self, slug: str) -> Tenant:
+        tenant = Tenant.objects.for_user(self.context["request"].user).filter(slug=slug).first()
+        if tenant is None:
+            raise serializers.ValidationError(f"no tenant {slug!r} among yours")
+        return tenant
+
+    def validate(self, attrs):
+        if "tenant" not in attrs:
+            user = self.context["request"].user
+            can = [t for t in Tenant.objects.for_user(user) if t.has_role(user, Role.MEMBER)]
+            if len(can) != 1:
+                raise serializers.ValidationError({"tenant": ["required: you can submit to "
+                                                              f"{len(can)} tenants; name one by slug"]})
+            attrs["tenant"] = can[0]
+        return attrs
+
+
+@extend_schema_view(
+    list=extend_schema(parameters=[
+        OpenApiParameter("status", str, description="only jobs in this status"),
+        OpenApiParameter("tenant", str, description="only this tenant's jobs (slug)"),
+    ]),
+    create=extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer}),
+)
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                 viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+
+    def get_queryset(self):
+        qs = Job.objects.for_user(self.request.user).select_related("tenant", "owner")
+        if self.action == "list":
+            if s := self.request.query_params.get("status"):
+                qs = qs.filter(status=s)
+            if t := self.request.query_params.get("tenant"):
+                qs = qs.filter(tenant__slug=t)
+        return qs
+
+    def create(self, request, *args, **kwargs):
+        spec = JobSubmitSerializer(data=request.data, context={"request": request})
+        spec.is_valid(raise_exception=True)
+        d = spec.validated_data
+        require_role(d["tenant"], request.user, Role.MEMBER, "submitting a job")
+        try:
+            job = submit_job(tenant=d["tenant"], owner=request.user, workload=d["workload"], params=d["params"],
+                             budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"])
+        except JobSpecError as exc:
+            raise field_error(exc.field, exc.message) from exc
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel the job: its owner (role member+) or a tenant admin/owner. 409 if it already ended."""
+        job = self.get_object()
+        role = job.tenant.role_of(request.user)
+        own = job.owner_id == request.user.pk and ROLE_RANK[Role(role)] >= ROLE_RANK[Role.MEMBER]
+        if not (own or ROLE_RANK[Role(role)] >= ROLE_RANK[Role.ADMIN]):
+            require_role(job.tenant, request.user, Role.ADMIN, "cancelling another member's job")
+        if job.status not in CANCELLABLE:
+            return Response({"detail": f"job {job.pk} has already ended ({job.status})"},
+                            status=status.HTTP_409_CONFLICT)
+        try:
+            job.transition(JobStatus.CANCELLED, reason=f"cancelled by {request.user.get_username()}",
+                           actor=request.user)
+        except IllegalTransition as exc:  # it ended between our read and the locked write
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(JobSerializer(job).data)
