@@ -63,6 +63,8 @@ class Link:
     def flush(self) -> bool:
         """Write queued lifecycle messages to the control stream, oldest first. True when all were written."""
         with self._lock:
+            if self._gap_start is not None and not self._ok(self.redis.ping):
+                return False  # still down
             while self._gap_msgs:  # gaps first: they happened before anything queued during them
                 self._outbox.appendleft(self._gap_msgs.pop())
             while self._outbox:

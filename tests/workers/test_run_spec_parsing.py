@@ -1,0 +1,42 @@
+"""A run_job spec is checked field by field before anything runs; errors name the field."""
+import pytest
+
+from workers.nvml import DeviceInfoError, cpu_info, parse_bytes
+from workers.runner import RunSpec, SpecError
+
+
+def test_a_full_spec_parses():
+    spec = RunSpec.parse(3, {"workload": "digits-cnn", "params": {"iterations": 5}, "placement": 9,
+                             "plan": {"shifts_s": {"3": 0.1}}, "curve": {"version": 1}})
+    assert (spec.job, spec.workload, spec.params, spec.placement) == (3, "digits-cnn", {"iterations": 5}, 9)
+
+
+@pytest.mark.parametrize("job_id, spec, field", [
+    (0, {"workload": "x"}, "job_id"),
+    ("3", {"workload": "x"}, "job_id"),
+    (3, [], "spec"),
+    (3, {}, "workload"),
+    (3, {"workload": "x", "params": [1]}, "params"),
+    (3, {"workload": "x", "placement": "7"}, "placement"),
+    (3, {"workload": "x", "curve": "big"}, "curve"),
+    (3, {"workload": "x", "plan": 5}, "plan"),
+])
+def test_bad_specs_name_the_field(job_id, spec, field):
+    with pytest.raises(SpecError, match=f"^{field}"):
+        RunSpec.parse(job_id, spec)
+
+
+def test_byte_sizes_parse_with_binary_and_decimal_units():
+    assert parse_bytes("3GiB") == 3 << 30
+    assert parse_bytes("512 MiB") == 512 << 20
+    assert parse_bytes("2e9") == 2_000_000_000
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    for bad in ("lots", "3XB", "-1GiB"):
+        with pytest.raises(ValueError, match="byte size"):
+            parse_bytes(bad)
+
+
+def test_the_cpu_pool_needs_a_positive_capacity():
+    assert cpu_info(1 << 30).total_bytes == 1 << 30
+    with pytest.raises(DeviceInfoError, match="positive"):
+        cpu_info(0)

@@ -1,0 +1,146 @@
+"""Starting a device worker: one process per device, Celery threads pool, the shared allocator installed first.
+
+The documented way (see docs/workers.md)::
+
+    python -m workers.bootstrap --kind gpu --index 0 --slots 2
+    python -m workers.bootstrap --kind cpu --capacity 3GiB --slots 2 [--budget 2GiB]
+
+It consumes ``gpu.<host>.<index>`` (or ``cpu.<host>``) with ``--slots`` threads (the most jobs that may share
+the device). At Celery's ``worker_init`` — in the main process, before any task is fetched — it describes the
+device (NVML, or the configured CPU capacity), installs the shared allocator (Note [Allocator before CUDA,
+and never in a forked child] in :mod:`workers.binding`), creates the device's coordinator, registers the
+device (``worker_up``) and starts the reporter (samples at 5 Hz, heartbeats every second).
+The worker never opens the database; settings are read only for Redis, host and directories.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+log = logging.getLogger("workers.bootstrap")
+
+_config = None  # WorkerConfig of this process, set by main() before Celery starts
+_reporter = None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from .nvml import parse_bytes
+
+    p = argparse.ArgumentParser(prog="python -m workers.bootstrap", description="Start one Zico device worker.")
+    p.add_argument("--kind", choices=("gpu", "cpu"), required=True, help="device kind")
+    p.add_argument("--index", type=int, default=0, help="GPU index (NVML/CUDA order); 0 for the CPU pool")
+    p.add_argument("--slots", type=int, default=2, help="most jobs sharing the device (threads), default 2")
+    p.add_argument("--capacity", type=parse_bytes, default=None,
+                   help="CPU pool capacity, e.g. 3GiB (required with --kind cpu)")
+    p.add_argument("--budget", type=parse_bytes, default=None, help="initial budget in bytes (default: total)")
+    p.add_argument("--host", default=None, help="host name in queue names (default: settings.ZICO_HOST)")
+    p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
+    p.add_argument("--loglevel", default="INFO")
+    args = p.parse_args(argv)
+    if args.kind == "cpu" and not args.capacity:
+        p.error("--capacity is required with --kind cpu (e.g. --capacity 3GiB)")
+    if args.slots < 1:
+        p.error("--slots must be >= 1")
+    if args.index < 0:
+        p.error("--index must be >= 0")
+    return args
+
+
+def build_config(args: argparse.Namespace):
+    from django.conf import settings
+
+    from .device import WorkerConfig
+
+    return WorkerConfig(kind=args.kind, host=args.host or settings.ZICO_HOST, index=args.index if args.kind == "gpu"
+                        else 0, slots=args.slots, capacity_bytes=args.capacity, budget_bytes=args.budget,
+                        redis_url=settings.REDIS_URL, checkpoint_dir=settings.ZICO_CHECKPOINT_DIR,
+                        data_dir=settings.ZICO_DATA_DIR, checkpoint_every_s=args.checkpoint_every)
+
+
+def start_device(config) -> None:
+    """Describe the device, install the allocator, start the coordinator and the reporter, register."""
+    global _reporter
+    from . import binding
+    from .device import DeviceRuntime, describe, set_runtime
+    from .link import Link
+    from .reporter import Reporter
+
+    info = describe(config)
+    budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
+    allocator = binding.install(config.kind, config.index, info.total_bytes, budget)
+    link = Link(config.redis_url, config.device)
+    rt = DeviceRuntime(config, info, allocator, link)
+    rt.budget_bytes = budget
+    try:
+        from placement.coordinator import Coordinator
+
+        rt.coordinator = Coordinator(budget)
+    except ImportError:  # pragma: no cover - the placement package ships with the project
+        log.warning("placement.coordinator unavailable: jobs run ungated (the allocator budget still holds)")
+    set_runtime(rt)
+    link.emit("worker_up", started_at=time.time(), **rt.registration())
+    _reporter = Reporter(rt)
+    _reporter.tick()  # register and beat at once, before the first task
+    _reporter.start()
+    log.info("device worker %s ready: %s, %d bytes total, budget %d, %d slot(s), pid %d", config.device,
+             info.name, info.total_bytes, budget, config.slots, rt.pid)
+
+
+def stop_device() -> None:
+    from .device import runtime
+
+    if _reporter is not None:
+        try:
+            runtime().link.emit("worker_down")
+        except RuntimeError:
+            pass
+        _reporter.stop()
+
+
+def _after_fork_in_child() -> None:
+    # Note [Allocator before CUDA, and never in a forked child]: a child of a device worker must not use the
+    # device; hide it so torch in the child cannot initialise CUDA on it.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["ZICO_FORKED_FROM_DEVICE_WORKER"] = "1"
+
+
+def _connect_signals() -> None:
+    from celery import signals
+
+    @signals.worker_init.connect(weak=False)
+    def _on_worker_init(**_kw):
+        start_device(_config)
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _on_worker_shutdown(**_kw):
+        stop_device()
+
+
+def main(argv: list[str] | None = None) -> None:
+    global _config
+    args = parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.settings")
+    import django
+
+    django.setup()  # settings and logging only; a device worker never queries the database
+    from zico.celery import app
+    from zico.queues import device_queue
+
+    from . import tasks  # noqa: F401  (registers zico.device.*)
+
+    _config = build_config(args)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _connect_signals()
+    queue = device_queue(_config.kind, _config.host, _config.index)
+    app.worker_main([
+        "worker", "--pool", "threads", "--concurrency", str(_config.slots), "--queues", queue,
+        "--hostname", f"zico-{_config.device}@%h", "--loglevel", args.loglevel,
+        "--without-gossip", "--without-mingle", "--prefetch-multiplier", "1",
+    ])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

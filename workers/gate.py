@@ -1,0 +1,85 @@
+"""The job thread's side of the coordinator (``placement.coordinator.Coordinator``, one per device worker).
+
+Before each iteration a job thread calls :meth:`Gate.wait`, which blocks until the coordinator admits the
+iteration (the time shift of the sharing plan, decided live from every job's progress) and returns the
+delay imposed in seconds. The training loop's marks report progress: ``backward`` re-anchors the job at
+the fraction of its curve's peak (where the forward pass ends), ``iteration_end`` ends the iteration and
+updates the job's expected iteration time (a moving average of measured times, since co-located jobs
+slow each other). A job without a memory curve is not gated (the allocator's budget still holds).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+WAIT_POLL_S = 0.5  # how often a waiting job re-checks for cancellation
+EMA = 0.3  # weight of the newest measured iteration time
+
+
+class RunStopped(Exception):
+    """A cancel or abort arrived while the job waited at the gate; ``status`` says which."""
+
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status
+
+
+class Gate:
+    """Couples one job thread to the device's coordinator (or to nothing when the job has no curve)."""
+
+    def __init__(self, rt, spec):
+        self.coordinator = rt.coordinator
+        self.curve = None
+        self.joined = False
+        self._stop_check = lambda: rt.link.stop_requested(spec.job, spec.placement)
+        self._iter_started = 0.0
+        self._iteration_s: float | None = None
+        if spec.curve is not None and self.coordinator is not None:
+            from placement.curves import curve_from_dict
+
+            self.curve = curve_from_dict(spec.curve)  # raises CurveError naming the bad field
+            self._peak_fraction = float(self.curve.fractions[int(self.curve.bytes.argmax())])
+
+    def join(self, job_id: Any) -> None:
+        if self.curve is not None:
+            self.coordinator.add_job(job_id, self.curve)
+            self.joined = True
+
+    def leave(self, job_id: Any) -> None:
+        if self.joined:
+            self.coordinator.remove_job(job_id)
+            self.joined = False
+
+    def wait(self, job_id: Any, iteration: int) -> float:
+        """Block until iteration ``iteration`` may start; returns the seconds waited.
+
+        Raises:
+            RunStopped: a cancel or abort arrived while waiting (the iteration was not started).
+        """
+        if not self.joined:
+            return 0.0
+        t0 = time.monotonic()
+        while not self.coordinator.wait_to_start(job_id, timeout_s=WAIT_POLL_S):
+            stop = self._stop_check()
+            if stop:
+                raise RunStopped(stop)
+        waited = time.monotonic() - t0
+        return waited if waited > 1e-4 else 0.0
+
+    def progress(self, job_id: Any, kind: str, iteration: int) -> None:
+        if not self.joined:
+            return
+        now = time.monotonic()
+        if kind == "iteration_start":
+            self._iter_started = now
+        elif kind == "backward":
+            self.coordinator.report_progress(job_id, self._peak_fraction)
+        elif kind == "iteration_end":
+            self.coordinator.end_iteration(job_id)
+            took = now - self._iter_started
+            self._iteration_s = took if self._iteration_s is None else (1 - EMA) * self._iteration_s + EMA * took
+            if self._iteration_s > 0:
+                self.coordinator.set_iteration_s(job_id, self._iteration_s)
