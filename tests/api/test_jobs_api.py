@@ -102,7 +102,7 @@ def test_it_rejects_a_budget_that_exceeds_the_tenant_quota(personas, devices, cl
 
 
 @pytest.mark.parametrize("who,sees", [("owner", True), ("admin", True), ("teammate", True), ("viewer", True),
-                                      ("outsider", False), ("staff", False)])
+                                      ("outsider", False), ("staff", True)])
 def test_list_shows_only_the_callers_tenants_jobs(personas, owners_job, client_for, who, sees):
     rival_job = Job.objects.create(tenant=personas.other_tenant, owner=personas.outsider, name="rival-run",
                                    workload="digits-cnn")
@@ -111,7 +111,7 @@ def test_list_shows_only_the_callers_tenants_jobs(personas, owners_job, client_f
     ids = {j["id"] for j in r.data["results"]}
     assert (owners_job.pk in ids) == sees
     assert (b"acme-secret-run" in r.content) == sees
-    assert (rival_job.pk in ids) == (who == "outsider")
+    assert (rival_job.pk in ids) == (who in ("outsider", "staff"))
 
 
 def test_list_filters_by_status_and_tenant(personas, owners_job, client_for):
@@ -123,7 +123,7 @@ def test_list_filters_by_status_and_tenant(personas, owners_job, client_for):
 
 
 @pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
-                                        ("outsider", 404), ("staff", 404)])
+                                        ("outsider", 404), ("staff", 200)])
 def test_retrieve_by_persona(personas, owners_job, client_for, who, status):
     r = client_for(getattr(personas, who)).get(f"/api/jobs/{owners_job.pk}/")
     assert r.status_code == status
@@ -131,7 +131,7 @@ def test_retrieve_by_persona(personas, owners_job, client_for, who, status):
 
 
 @pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 403), ("viewer", 403),
-                                        ("outsider", 404), ("staff", 404)])
+                                        ("outsider", 404), ("staff", 200)])
 def test_cancel_by_persona(personas, owners_job, client_for, who, status):
     r = client_for(getattr(personas, who)).post(f"/api/jobs/{owners_job.pk}/cancel/")
     assert r.status_code == status
@@ -159,3 +159,15 @@ def test_cancelling_a_finished_job_is_a_conflict(personas, owners_job, client_fo
     r = client_for(personas.owner).post(f"/api/jobs/{owners_job.pk}/cancel/")
     assert r.status_code == 409 and "already ended" in r.data["detail"]
     assert Event.objects.count() == events
+
+
+@pytest.mark.parametrize("who,status", [("owner", 200), ("teammate", 200), ("viewer", 200), ("outsider", 404),
+                                        ("staff", 200)])
+def test_job_events_by_persona(personas, owners_job, client_for, who, status):
+    owners_job.transition("profiling", reason="estimate on CPU")
+    r = client_for(getattr(personas, who)).get(f"/api/jobs/{owners_job.pk}/events/")
+    assert r.status_code == status
+    if status == 200:
+        assert [(e["kind"], e["details"]["to"]) for e in r.data["results"]] == [("status_change", "profiling")]
+    else:
+        assert b"estimate on CPU" not in r.content

@@ -138,3 +138,16 @@ def test_an_admin_cannot_remove_an_owner_and_an_unknown_member_is_404(personas, 
     c = client_for(personas.admin)
     assert c.delete("/api/tenants/acme/members/owner/").status_code == 403
     assert c.patch("/api/tenants/acme/members/outsider/", {"role": "member"}, format="json").status_code == 404
+
+
+@pytest.mark.parametrize("who,status", [("owner", 200), ("teammate", 200), ("viewer", 200), ("outsider", 404),
+                                        ("staff", 200)])
+def test_tenant_events_by_persona(personas, client_for, who, status):
+    personas.tenant.change(actor=personas.staff, max_running_jobs=2)
+    personas.other_tenant.change(actor=personas.staff, max_running_jobs=3)
+    r = client_for(getattr(personas, who)).get("/api/tenants/acme/events/?kind=quota_change")
+    assert r.status_code == status
+    if status == 200:
+        assert [e["details"]["new"] for e in r.data["results"]] == [{"max_running_jobs": 2}]
+    else:
+        assert b"quota_change" not in r.content

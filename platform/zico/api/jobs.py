@@ -1,17 +1,18 @@
-"""Jobs API: list, retrieve, submit, cancel — scoped to the caller's tenants."""
+"""Jobs API: list, retrieve, submit, cancel — scoped to the caller's tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
-from zico.tenants.models import ROLE_RANK, Role, Tenant
+from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
+from .events import EventSerializer, paginated_events
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -66,7 +67,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     serializer_class = JobSerializer
 
     def get_queryset(self):
-        qs = Job.objects.for_user(self.request.user).select_related("tenant", "owner")
+        qs = Job.objects.visible_to(self.request.user).select_related("tenant", "owner")
         if self.action == "list":
             if s := self.request.query_params.get("status"):
                 qs = qs.filter(status=s)
@@ -89,12 +90,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        """Cancel the job: its owner (role member+) or a tenant admin/owner. 409 if it already ended."""
+        """Cancel the job: its owner (role member+), a tenant admin/owner or staff. 409 if it already ended."""
         job = self.get_object()
-        role = job.tenant.role_of(request.user)
-        own = job.owner_id == request.user.pk and ROLE_RANK[Role(role)] >= ROLE_RANK[Role.MEMBER]
-        if not (own or ROLE_RANK[Role(role)] >= ROLE_RANK[Role.ADMIN]):
-            require_role(job.tenant, request.user, Role.ADMIN, "cancelling another member's job")
+        if not job.can_be_cancelled_by(request.user):
+            raise exceptions.PermissionDenied("cancelling needs the job's owner (role member or higher), "
+                                              f"an admin of {job.tenant.slug}, or cluster staff")
         if job.status not in CANCELLABLE:
             return Response({"detail": f"job {job.pk} has already ended ({job.status})"},
                             status=status.HTTP_409_CONFLICT)
@@ -104,3 +104,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         except IllegalTransition as exc:  # it ended between our read and the locked write
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(JobSerializer(job).data)
+
+    @extend_schema(responses={200: EventSerializer(many=True)},
+                   parameters=[OpenApiParameter("kind", str, description="only events of this kind")])
+    @action(detail=True, methods=["get"])
+    def events(self, request, pk=None):
+        """The job's audit trail: status changes, placements, delays, OOMs prevented, worker losses."""
+        return paginated_events(self, request, self.get_object().events.all())

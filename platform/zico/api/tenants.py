@@ -13,7 +13,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -22,6 +22,7 @@ from zico.jobs.transitions import ON_DEVICE
 from zico.tenants.models import QUOTA_FIELDS, SETTINGS_FIELDS, Membership, Role, RoleError, Tenant
 
 from .access import field_error, is_cluster_admin, require_role
+from .events import EventSerializer, paginated_events
 
 
 class TenantSerializer(serializers.ModelSerializer):
@@ -133,3 +134,10 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         except RoleError as exc:
             raise field_error(exc.field, str(exc)) from exc
         return Response(MemberSerializer(m).data)
+
+    @extend_schema(responses={200: EventSerializer(many=True)},
+                   parameters=[OpenApiParameter("kind", str, description="only events of this kind")])
+    @action(detail=True, methods=["get"])
+    def events(self, request, slug=None):
+        """The tenant's audit trail (any member, or staff): its jobs' events, role, quota and setting changes."""
+        return paginated_events(self, request, self.get_object().events.all())

@@ -27,6 +27,12 @@ class JobQuerySet(models.QuerySet):
             return self.none()
         return self.filter(tenant__memberships__user=user)
 
+    def visible_to(self, user) -> "JobQuerySet":
+        """Jobs ``user`` may read: all for cluster staff, else :meth:`for_user`."""
+        if getattr(user, "is_authenticated", False) and user.is_staff:
+            return self.all()
+        return self.for_user(user)
+
     def unfinished(self) -> "JobQuerySet":
         return self.exclude(status__in=TERMINAL)
 
@@ -85,6 +91,16 @@ class Job(models.Model):
     def transition(self, to: str, *, reason: str = "", actor=None, **details: Any) -> "Job":
         """Move to status ``to``; see :func:`zico.jobs.transitions.transition` (raises IllegalTransition)."""
         return transition(self, to, reason=reason, actor=actor, **details)
+
+    def can_be_cancelled_by(self, user) -> bool:
+        """Cluster staff, an admin/owner of the job's tenant, or its owner while still role member or higher."""
+        from zico.tenants.models import Role
+
+        if not getattr(user, "is_authenticated", False):
+            return False
+        if user.is_staff or self.tenant.has_role(user, Role.ADMIN):
+            return True
+        return self.owner_id == user.pk and self.tenant.has_role(user, Role.MEMBER)
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
