@@ -1,0 +1,107 @@
+/* zico.h — the C ABI of the Zico shared allocator (libzico_core.so).
+ *
+ * Two functions are the allocator PyTorch's CUDAPluggableAllocator (and our CPU shim) call:
+ *   void* zico_malloc(size_t size, int device, void* stream);
+ *   void  zico_free(void* ptr, size_t size, int device, void* stream);
+ * Everything else is a control call used by the Python binding (ctypes).
+ *
+ * Conventions:
+ *   - device -1 is the host (CPU) pool; 0..63 are CUDA devices.
+ *   - job 0 is the "unattributed" account; job ids are >= 0.
+ *   - Control calls return 0 on success and -1 on error; zico_last_error() then holds a message
+ *     for the calling thread. No call aborts the process on bad input.
+ *   - Functions returning char* return a malloc'd NUL-terminated JSON document that the caller
+ *     releases with zico_string_free(); NULL means error (see zico_last_error()).
+ */
+#ifndef ZICO_ZICO_H_
+#define ZICO_ZICO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZICO_HOST_DEVICE (-1)
+#define ZICO_MAX_CUDA_DEVICES 64
+#define ZICO_UNLIMITED UINT64_MAX
+
+/* Trace record kinds. Marks (>= 10) come from zico_mark(). */
+enum zico_trace_kind {
+  ZICO_TRACE_ALLOC = 0,         /* delta = +block bytes */
+  ZICO_TRACE_FREE = 1,          /* delta = -block bytes */
+  ZICO_TRACE_SEGMENT_ALLOC = 2, /* delta = +segment bytes (reserved grows) */
+  ZICO_TRACE_SEGMENT_FREE = 3,  /* delta = -segment bytes (reserved shrinks) */
+  ZICO_TRACE_OOM = 4,           /* delta = requested bytes that could not be served */
+  ZICO_TRACE_BUDGET_WAIT = 5,   /* a job started waiting for other jobs' frees */
+  ZICO_TRACE_BUDGET_OVERRUN = 6,/* the deadlock rule let a job past the budget */
+  ZICO_MARK_ITERATION_START = 10,
+  ZICO_MARK_FORWARD = 11,
+  ZICO_MARK_BACKWARD = 12,
+  ZICO_MARK_OPTIMIZER = 13,
+  ZICO_MARK_ITERATION_END = 14
+};
+
+/* One trace record; 64 bytes, layout mirrored by the Python binding. */
+typedef struct zico_trace_record {
+  double timestamp_s;           /* CLOCK_REALTIME, seconds since the epoch */
+  int64_t job;
+  int64_t delta_bytes;
+  int64_t job_allocated_bytes;  /* the job's allocated bytes after this event */
+  int64_t pool_allocated_bytes; /* the pool's allocated bytes after this event */
+  int64_t pool_reserved_bytes;  /* the pool's reserved bytes after this event */
+  int64_t iteration;            /* the job's iteration (from marks), -1 if never marked */
+  int32_t device;
+  int32_t kind;                 /* enum zico_trace_kind */
+} zico_trace_record;
+
+/* --- the allocator proper (CUDAPluggableAllocator signature) --- */
+void* zico_malloc(size_t size, int device, void* stream);
+void zico_free(void* ptr, size_t size, int device, void* stream);
+
+/* --- installation --- */
+/* Host pool for `device` (normally ZICO_HOST_DEVICE); capacity_bytes = ZICO_UNLIMITED for none. */
+int zico_install_host(int device, uint64_t capacity_bytes);
+int zico_is_installed(int device);
+const char* zico_upstream_name(int device); /* "host", "cuda", or NULL */
+
+/* --- job binding --- */
+int zico_bind_thread(int64_t job, int64_t* previous);
+int64_t zico_thread_job(void);
+/* job < 0 unbinds the stream. previous receives the old binding (-1 when none). */
+int zico_bind_stream(void* stream, int64_t job, int64_t* previous);
+
+/* --- budget --- */
+int zico_set_budget(int device, uint64_t bytes); /* ZICO_UNLIMITED = no budget */
+int zico_get_budget(int device, uint64_t* bytes);
+int zico_set_budget_wait(int device, double seconds); /* bound on waiting for frees */
+int zico_get_budget_wait(int device, double* seconds);
+
+/* --- progress marks (also fed to the deadlock rule); applies to every installed pool --- */
+int zico_mark(int64_t job, int kind, int64_t iteration);
+
+/* --- statistics (JSON; release with zico_string_free) --- */
+char* zico_memory_stats_json(int device, int64_t job, int per_job); /* per_job=0: pool totals */
+char* zico_memory_snapshot_json(int device);
+char* zico_last_oom_json(int device);
+char* zico_jobs_json(int device);
+int zico_reset_peak_memory_stats(int device);
+int zico_empty_cache(int device);
+int zico_check_invariants(int device); /* 0 = all invariants hold, -1 = message in last_error */
+
+/* --- trace --- */
+size_t zico_drain_trace(zico_trace_record* out, size_t max_records);
+int zico_set_trace_enabled(int enabled);
+uint64_t zico_trace_dropped(void);
+
+/* --- misc --- */
+const char* zico_last_error(void);
+void zico_string_free(char* s);
+const char* zico_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZICO_ZICO_H_ */

@@ -1,0 +1,76 @@
+// cpu_shim.cpp — the CPU shim (libzico_cpu_shim.so): a c10::Allocator installed with
+// c10::SetCPUAllocator that routes CPU tensor allocations through the Zico host pool (device -1),
+// so real CPU training exercises the real allocator. Built against the installed torch's c10
+// headers by zico_allocator.build, cached per torch version.
+//
+// Scope (zico_cpu_shim_set_scope): 0 = pass everything to torch's previous CPU allocator,
+// 1 = route only threads bound to a job (zico_bind_thread), 2 = route every allocation (unbound
+// threads are charged to job 0, "unattributed"). Every pointer carries its own deleter, so
+// switching scope at run time is safe.
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <string>
+
+#include "zico/zico.h"
+
+namespace {
+
+void zico_delete(void* ptr) { zico_free(ptr, 0, ZICO_HOST_DEVICE, nullptr); }
+
+class ZicoCpuAllocator final : public c10::Allocator {
+ public:
+  explicit ZicoCpuAllocator(c10::Allocator* previous) : previous_(previous) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    const int scope = scope_.load(std::memory_order_relaxed);
+    if (scope == 0 || (scope == 1 && zico_thread_job() == 0)) return previous_->allocate(n);
+    if (n == 0) return {nullptr, nullptr, &zico_delete, c10::Device(c10::DeviceType::CPU)};
+    void* p = zico_malloc(n, ZICO_HOST_DEVICE, nullptr);
+    if (!p) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "Zico CPU pool: failed to allocate ", n,
+                       " bytes: ", zico_last_error());
+    }
+    return {p, p, &zico_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  std::atomic<int> scope_{1};
+
+ private:
+  c10::Allocator* previous_;
+};
+
+ZicoCpuAllocator* g_allocator = nullptr;
+
+}  // namespace
+
+extern "C" {
+
+// Installs the shim as torch's CPU allocator (idempotent). The host pool must be installed first.
+// Returns 0, or -1 when no host pool exists.
+int zico_cpu_shim_install(int scope) {
+  if (!zico_is_installed(ZICO_HOST_DEVICE)) return -1;
+  if (!g_allocator) {
+    // Leaked on purpose: tensors freed during interpreter shutdown still reach a live allocator.
+    g_allocator = new ZicoCpuAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(g_allocator, /*priority=*/100);
+  }
+  g_allocator->scope_.store(scope);
+  return 0;
+}
+
+int zico_cpu_shim_set_scope(int scope) {
+  if (!g_allocator || scope < 0 || scope > 2) return -1;
+  g_allocator->scope_.store(scope);
+  return 0;
+}
+
+int zico_cpu_shim_scope(void) { return g_allocator ? g_allocator->scope_.load() : -1; }
+
+}  // extern "C"

@@ -1,0 +1,266 @@
+// pool.cpp — Pool: best-fit block cache over upstream segments, with coalescing and the stream rule.
+#include "pool.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace zico {
+
+size_t round_size(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+Pool::~Pool() {
+  for (auto& kv : segments_) {
+    Segment* s = kv.second;
+    for (Block* b = s->first; b;) {
+      Block* n = b->next;
+      for (auto& e : b->events) up_->event_synchronize(e.event.get());
+      delete b;
+      b = n;
+    }
+    up_->release(s->base, s->size);
+    delete s;
+  }
+  for (Block* b : spare_blocks_) delete b;
+}
+
+Block* Pool::new_block() {
+  if (spare_blocks_.empty()) return new Block();
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  return b;
+}
+
+void Pool::delete_block(Block* b) {
+  *b = Block();
+  spare_blocks_.push_back(b);
+}
+
+// Note [Stream rule]
+// ~~~~~~~~~~~~~~~~~~
+// Rule: a block freed on stream S may serve a request on another stream T only once an event
+// recorded on S at the free has completed, or after T has been made to wait on that event.
+//
+// Rationale: a free on the CPU runs ahead of the GPU; kernels queued on S before the free may still
+// read or write the block. Work on S itself is ordered after them, so same-stream reuse is always
+// safe (this is all PyTorch's caching allocator allows: it keeps a free list per stream). Zico
+// must let job B's stream reuse what job A's stream freed, or co-located jobs could never share.
+//
+// Approach: Pool::free records an event on the freeing stream and keeps it on the free block
+// (coalescing keeps the union of events; splitting shares them). When take() hands the block to
+// stream T, every pending event from a stream other than T that has not completed is waited on by
+// T (cudaStreamWaitEvent) — the GPU orders the reuse, the CPU never blocks. Completed events and
+// events from T itself are simply dropped.
+//
+// Limits: on the host upstream events are null and the rule is a no-op (CPU frees are synchronous).
+// A block released to the upstream first synchronizes its events (cudaFree would anyway).
+void Pool::apply_stream_rule(Block* b, void* stream) {
+  for (auto& e : b->events) {
+    if (e.stream != stream && !up_->event_done(e.event.get())) up_->stream_wait(stream, e.event.get());
+  }
+  b->events.clear();
+}
+
+Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
+  const bool small = is_small(rounded);
+  auto& set = free_set(small);
+  Block key;
+  key.size = rounded;
+  auto it = set.lower_bound(&key);
+  if (it == set.end()) return nullptr;
+  Block* b = *it;
+  set.erase(it);
+  const size_t remaining = b->size - rounded;
+  const bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  if (split) {
+    Block* r = new_block();
+    r->ptr = b->ptr + rounded;
+    r->size = remaining;
+    r->segment = b->segment;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next) b->next->prev = r;
+    b->next = r;
+    r->stream = b->stream;
+    r->events = b->events;
+    b->size = rounded;
+    set.insert(r);
+  }
+  apply_stream_rule(b, stream);
+  b->allocated = true;
+  b->requested = requested;
+  b->job = job;
+  b->stream = stream;
+  b->segment->allocated_blocks++;
+  live_.emplace(b->ptr, b);
+  return b;
+}
+
+bool Pool::grow(size_t bytes, bool small, int64_t owner_job) {
+  void* p = up_->obtain(bytes);
+  if (!p) return false;
+  Segment* s = new Segment();
+  s->base = static_cast<char*>(p);
+  s->size = bytes;
+  s->small = small;
+  s->owner_job = owner_job;
+  Block* b = new_block();
+  b->ptr = s->base;
+  b->size = bytes;
+  b->segment = s;
+  s->first = b;
+  segments_.emplace(s->base, s);
+  free_set(small).insert(b);
+  return true;
+}
+
+Block* Pool::merge(Block* dst, Block* src) {
+  dst->size += src->size;
+  dst->next = src->next;
+  if (src->next) src->next->prev = dst;
+  for (auto& e : src->events) dst->events.push_back(std::move(e));
+  delete_block(src);
+  return dst;
+}
+
+bool Pool::free(void* ptr, void* stream, FreedBlock* out) {
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return false;
+  Block* b = it->second;
+  live_.erase(it);
+  const bool small = b->segment->small;
+  *out = FreedBlock{b->job, b->size, b->requested, small};
+  b->allocated = false;
+  b->requested = 0;
+  b->job = 0;
+  b->segment->allocated_blocks--;
+  if (void* ev = up_->record_event(stream)) {
+    Upstream* up = up_;
+    b->events.push_back(PendingEvent{stream, std::shared_ptr<void>(ev, [up](void* e) { up->destroy_event(e); })});
+  }
+  b->stream = stream;
+  auto& set = free_set(small);
+  if (b->prev && !b->prev->allocated) {
+    Block* p = b->prev;
+    set.erase(p);
+    b = merge(p, b);
+  }
+  if (b->next && !b->next->allocated) {
+    Block* n = b->next;
+    set.erase(n);
+    b = merge(b, n);
+  }
+  set.insert(b);
+  return true;
+}
+
+std::vector<ReleasedSegment> Pool::release_free_segments(size_t want) {
+  std::vector<Segment*> idle;
+  for (auto& kv : segments_)
+    if (kv.second->allocated_blocks == 0) idle.push_back(kv.second);
+  // Prefer the smallest single segment that covers `want`; otherwise release largest first.
+  std::sort(idle.begin(), idle.end(), [](Segment* a, Segment* b) { return a->size > b->size; });
+  auto cover = std::find_if(idle.rbegin(), idle.rend(), [want](Segment* s) { return s->size >= want; });
+  if (cover != idle.rend()) idle = {*cover};
+  std::vector<ReleasedSegment> out;
+  size_t released = 0;
+  for (Segment* s : idle) {
+    if (released >= want) break;
+    Block* b = s->first;  // an idle segment is one coalesced free block
+    free_set(s->small).erase(b);
+    for (auto& e : b->events) up_->event_synchronize(e.event.get());
+    delete_block(b);
+    up_->release(s->base, s->size);
+    out.push_back(ReleasedSegment{s->owner_job, s->size, s->small});
+    released += s->size;
+    segments_.erase(s->base);
+    delete s;
+  }
+  return out;
+}
+
+size_t Pool::largest_free_block(bool small) const {
+  const auto& set = small ? small_free_ : large_free_;
+  return set.empty() ? 0 : (*set.rbegin())->size;
+}
+
+size_t Pool::free_bytes() const {
+  size_t n = 0;
+  for (const Block* b : small_free_) n += b->size;
+  for (const Block* b : large_free_) n += b->size;
+  return n;
+}
+
+size_t Pool::inactive_split_bytes(int kind) const {
+  size_t n = 0;
+  for (int k = 0; k < 2; ++k) {
+    const bool small = (k == 0);
+    if ((kind == 1 && !small) || (kind == 2 && small)) continue;
+    for (const Block* b : small ? small_free_ : large_free_)
+      if (b->segment->allocated_blocks > 0) n += b->size;
+  }
+  return n;
+}
+
+size_t Pool::inactive_split_blocks(int kind) const {
+  size_t n = 0;
+  for (int k = 0; k < 2; ++k) {
+    const bool small = (k == 0);
+    if ((kind == 1 && !small) || (kind == 2 && small)) continue;
+    for (const Block* b : small ? small_free_ : large_free_)
+      if (b->segment->allocated_blocks > 0) ++n;
+  }
+  return n;
+}
+
+bool Pool::check(std::string* why) const {
+  std::ostringstream err;
+  size_t free_blocks = 0, live_blocks = 0;
+  std::vector<std::pair<char*, size_t>> ranges;
+  for (const auto& kv : segments_) {
+    const Segment* s = kv.second;
+    ranges.emplace_back(s->base, s->size);
+    size_t total = 0, allocated = 0;
+    char* expect = s->base;
+    const Block* prev = nullptr;
+    for (const Block* b = s->first; b; prev = b, b = b->next) {
+      if (b->ptr != expect) err << "block " << static_cast<void*>(b->ptr) << " not contiguous; ";
+      if (b->prev != prev) err << "broken prev link; ";
+      if (b->segment != s) err << "block points at the wrong segment; ";
+      if (b->size == 0 || b->size % kMinBlockSize) err << "block size " << b->size << " not a multiple of 512; ";
+      if (prev && !prev->allocated && !b->allocated) err << "two adjacent free blocks not coalesced; ";
+      if (b->allocated) {
+        ++allocated;
+        ++live_blocks;
+        auto it = live_.find(b->ptr);
+        if (it == live_.end() || it->second != b) err << "allocated block missing from the live map; ";
+        if (b->requested > b->size) err << "requested exceeds block size; ";
+      } else {
+        ++free_blocks;
+        const auto& set = s->small ? small_free_ : large_free_;
+        if (!set.count(const_cast<Block*>(b))) err << "free block missing from its free set; ";
+      }
+      expect = b->ptr + b->size;
+      total += b->size;
+    }
+    if (total != s->size) err << "blocks cover " << total << " of a " << s->size << "-byte segment; ";
+    if (allocated != s->allocated_blocks) err << "segment allocated-block count is off; ";
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) err << "segments overlap; ";
+  if (free_blocks != small_free_.size() + large_free_.size()) err << "free sets hold stale blocks; ";
+  if (live_blocks != live_.size()) err << "live map holds stale blocks; ";
+  *why = err.str();
+  return why->empty();
+}
+
+}  // namespace zico

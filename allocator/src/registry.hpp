@@ -1,0 +1,35 @@
+// registry.hpp — process-wide state: the DevicePool of each device (host = -1, CUDA 0..63), the
+// factory the CUDA library registers for CUDA upstreams, the job bindings of threads and streams,
+// and the trace switch. Pools live for the whole process (never destroyed), so frees that run
+// during interpreter shutdown stay safe.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "device_pool.hpp"
+#include "upstream.hpp"
+
+namespace zico {
+
+using UpstreamFactory = Upstream* (*)(int device);
+
+// The pool of `device`, or nullptr when none is installed. A CUDA pool is created on first use
+// when a CUDA factory is registered.
+DevicePool* pool_for(int device);
+// Installs a pool on `device` with `upstream`; false (and *why) if one is already installed.
+bool install_pool(int device, std::unique_ptr<Upstream> upstream, std::string* why);
+void for_each_pool(void (*fn)(DevicePool*, void*), void* ctx);
+void set_cuda_factory(UpstreamFactory f);
+
+int64_t thread_job();
+void set_thread_job(int64_t job);
+// Job bound to `stream`, or -1.
+int64_t stream_job(void* stream);
+int64_t set_stream_job(void* stream, int64_t job);  // job < 0 unbinds; returns the previous
+
+bool trace_enabled();
+void set_trace_enabled(bool on);
+
+}  // namespace zico
+
+extern "C" void zico_register_cuda_factory(zico::UpstreamFactory f);

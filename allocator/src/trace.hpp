@@ -1,0 +1,44 @@
+// trace.hpp — a fixed-size ring of zico_trace_record (timestamp, job, ±bytes, running totals) that
+// the profiler and the reporter drain. When full, the oldest record is overwritten and counted as
+// dropped. Not thread-safe: DevicePool holds the lock.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "zico/zico.h"
+
+namespace zico {
+
+class TraceRing {
+ public:
+  explicit TraceRing(size_t capacity) : buf_(capacity) {}
+  void push(const zico_trace_record& r) {
+    buf_[(start_ + count_) % buf_.size()] = r;
+    if (count_ < buf_.size()) {
+      ++count_;
+    } else {
+      start_ = (start_ + 1) % buf_.size();
+      ++dropped_;
+    }
+  }
+  // Moves up to `max` oldest records into `out`; returns how many.
+  size_t drain(zico_trace_record* out, size_t max) {
+    size_t n = count_ < max ? count_ : max;
+    for (size_t i = 0; i < n; ++i) out[i] = buf_[(start_ + i) % buf_.size()];
+    start_ = (start_ + n) % buf_.size();
+    count_ -= n;
+    return n;
+  }
+  size_t size() const { return count_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  std::vector<zico_trace_record> buf_;
+  size_t start_ = 0, count_ = 0;
+  uint64_t dropped_ = 0;
+};
+
+// Seconds since the epoch (CLOCK_REALTIME), the timestamp of every record.
+double wall_seconds();
+
+}  // namespace zico

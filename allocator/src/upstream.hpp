@@ -1,0 +1,30 @@
+// upstream.hpp — the only boundary to a memory source: obtain/return one segment, plus the stream
+// and event primitives the stream rule needs. Host and CUDA implement it (host_upstream.cpp,
+// cuda_upstream.cpp); nothing else in the allocator touches CUDA.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace zico {
+
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  // A segment of exactly `bytes` (aligned to >= 512 bytes), or nullptr when the source is out of
+  // memory (physical capacity). Never throws.
+  virtual void* obtain(size_t bytes) = 0;
+  virtual void release(void* ptr, size_t bytes) = 0;
+  // Physical capacity in bytes (UINT64_MAX if unknown / unlimited).
+  virtual uint64_t capacity() const = 0;
+  virtual const char* name() const = 0;
+
+  // Stream/event primitives. On the host they are no-ops: record_event returns nullptr, and a null
+  // event counts as completed.
+  virtual void* record_event(void* /*stream*/) { return nullptr; }
+  virtual bool event_done(void* /*event*/) { return true; }
+  virtual void stream_wait(void* /*stream*/, void* /*event*/) {}
+  virtual void event_synchronize(void* /*event*/) {}
+  virtual void destroy_event(void* /*event*/) {}
+};
+
+}  // namespace zico
