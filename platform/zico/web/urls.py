@@ -1,8 +1,31 @@
-"""URL map of the server-rendered pages (owned by the web UI)."""
+"""URL map of the server-rendered pages and the JSON endpoints they poll.
+
+Route names start with ``web-`` (``login``/``logout`` keep the names settings.LOGIN_URL uses), so they
+cannot collide with the REST API's router names such as ``job-detail``.
+"""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from . import data, devices, jobs, tenant_admin
+
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", jobs.job_list, name="web-jobs"),
+    path("jobs/new/", jobs.job_submit, name="web-job-submit"),
+    path("jobs/<int:pk>/", jobs.job_detail, name="web-job-detail"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="web-job-cancel"),
+    path("cluster/", devices.cluster, name="web-cluster"),
+    path("devices/<int:pk>/", devices.device_timeline, name="web-device-timeline"),
+    path("tenant/", tenant_admin.tenant_home, name="web-tenant-home"),
+    path("tenants/<slug:slug>/", tenant_admin.tenant_page, name="web-tenant"),
+    path("tenants/<slug:slug>/members/", tenant_admin.member_add, name="web-member-add"),
+    path("tenants/<slug:slug>/members/<int:member_id>/", tenant_admin.member_change, name="web-member-change"),
+    path("tenants/<slug:slug>/quotas/", tenant_admin.quota_change, name="web-quota-change"),
+    path("tenants/<slug:slug>/tokens/", tenant_admin.token_create, name="web-token-create"),
+    path("tenants/<slug:slug>/tokens/<int:token_id>/revoke/", tenant_admin.token_revoke, name="web-token-revoke"),
+    # JSON polled by the pages
+    path("data/jobs/status.json", data.jobs_status, name="web-data-jobs-status"),
+    path("data/jobs/<int:pk>/memory.json", data.job_memory_data, name="web-data-job-memory"),
+    path("data/devices/<int:pk>/timeline.json", data.device_timeline_data, name="web-data-device-timeline"),
 ]

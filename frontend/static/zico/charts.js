@@ -1,0 +1,139 @@
+// Chart helpers on Apache ECharts: the shared look (palette, axes, tooltips) and the three charts
+// (a job's memory over time, a job's memory curve, a device's stacked per-job timeline).
+(function () {
+  "use strict";
+  const Z = window.Zico;
+  const PALETTE = ["#6366f1", "#14b8a6", "#f59e0b", "#ec4899", "#0ea5e9", "#84cc16", "#a855f7", "#ef4444", "#64748b"];
+  const AXIS = { axisLine: { lineStyle: { color: "#cfd4e0" } }, axisLabel: { color: "#5f6b82", fontSize: 11 },
+                 splitLine: { lineStyle: { color: "#eef0f6" } } };
+  const EVENT_COLORS = { placement: "#4f46e5", delay: "#f59e0b", budget_change: "#dc2626", oom_prevented: "#db2777",
+                         worker_lost: "#64748b" };
+
+  function base(el) {
+    const chart = echarts.init(el, null, { renderer: "canvas" });
+    window.addEventListener("resize", () => chart.resize());
+    return chart;
+  }
+
+  function bytesAxis() {
+    return Object.assign({ type: "value", min: 0, axisLabel: { color: "#5f6b82", fontSize: 11, formatter: v => Z.bytes(v) } },
+                         { axisLine: AXIS.axisLine, splitLine: AXIS.splitLine });
+  }
+
+  function timeAxis() {
+    return Object.assign({ type: "time", axisLabel: { color: "#5f6b82", fontSize: 11, hideOverlap: true,
+      formatter: v => Z.clock(v) } }, { axisLine: AXIS.axisLine, splitLine: { show: false } });
+  }
+
+  function tooltip() {
+    return { trigger: "axis", backgroundColor: "rgba(15,23,42,.92)", borderWidth: 0, textStyle: { color: "#f8fafc", fontSize: 12 },
+      valueFormatter: v => Z.bytes(v), axisPointer: { type: "line", lineStyle: { color: "#94a3b8" } } };
+  }
+
+  function budgetLine(budget) {
+    if (!budget) return undefined;
+    return { silent: true, symbol: "none", data: [{ yAxis: budget }],
+      lineStyle: { color: "#dc2626", type: "dashed", width: 1.5 },
+      label: { formatter: `budget ${Z.bytes(budget)}`, position: "insideEndTop", color: "#dc2626", fontSize: 11 } };
+  }
+
+  // A job's allocated and reserved bytes over time; `points` are [t_s, allocated, reserved, iteration].
+  function jobMemory(el, budget) {
+    const chart = base(el);
+    chart.setOption({
+      color: ["#6366f1", "#0f766e", "#94a3b8"], animation: false,
+      grid: { left: 70, right: 20, top: 36, bottom: 56 },
+      legend: { top: 0, left: 0, icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
+      tooltip: tooltip(), xAxis: timeAxis(), yAxis: bytesAxis(),
+      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
+      series: [
+        { name: "Allocated", type: "line", showSymbol: false, sampling: "lttb", lineStyle: { width: 1.6 },
+          areaStyle: { color: new echarts.graphic.LinearGradient(0, 0, 0, 1, [{ offset: 0, color: "rgba(99,102,241,.32)" }, { offset: 1, color: "rgba(99,102,241,.03)" }]) },
+          data: [], markLine: budgetLine(budget) },
+        { name: "Reserved", type: "line", step: "end", showSymbol: false, lineStyle: { width: 1.4, type: "dashed" }, data: [] },
+        { name: "Iteration start", type: "scatter", symbol: "diamond", symbolSize: 6, itemStyle: { color: "#94a3b8" },
+          tooltip: { valueFormatter: null, formatter: p => `iteration ${p.data[2]}<br>${Z.clock(p.data[0])}` }, data: [] },
+      ],
+    });
+    return {
+      chart,
+      set(points, windowS) {
+        const now = Date.now(), from = now - windowS * 1000;
+        const pts = points.filter(p => p[0] * 1000 >= from);
+        const marks = [];
+        for (let i = 1; i < pts.length; i++) {
+          if (pts[i][3] !== null && pts[i][3] !== pts[i - 1][3]) marks.push([pts[i][0] * 1000, pts[i][1], pts[i][3]]);
+        }
+        chart.setOption({
+          xAxis: { min: from, max: now },
+          series: [{ data: pts.map(p => [p[0] * 1000, p[1]]) }, { data: pts.map(p => [p[0] * 1000, p[2]]) },
+                   { data: marks.slice(-300) }],
+        });
+      },
+    };
+  }
+
+  // The DESIGN contract's memory curve: points [fraction, bytes] over one iteration of iteration_s seconds.
+  function memoryCurve(el, curve, budget) {
+    const chart = base(el);
+    const T = curve.iteration_s;
+    chart.setOption({
+      color: ["#6366f1"], animation: false, grid: { left: 70, right: 20, top: 16, bottom: 36 },
+      tooltip: Object.assign(tooltip(), { axisPointer: { type: "cross" } }),
+      xAxis: { type: "value", min: 0, max: T, name: "s", nameGap: 6, axisLabel: { color: "#5f6b82", fontSize: 11,
+               formatter: v => v.toFixed(T < 1 ? 2 : 1) }, axisLine: AXIS.axisLine, splitLine: { show: false } },
+      yAxis: bytesAxis(),
+      series: [{ name: "Bytes held", type: "line", step: "start", showSymbol: false, lineStyle: { width: 1.6 },
+        areaStyle: { color: "rgba(99,102,241,.15)" }, data: curve.points.map(p => [p[0] * T, p[1]]),
+        markLine: { silent: true, symbol: "none", data: [
+          { yAxis: curve.persistent_bytes, lineStyle: { color: "#64748b", type: "dotted" }, label: { formatter: "persistent", position: "insideEndTop", color: "#64748b", fontSize: 11 } },
+          ...(budget ? [{ yAxis: budget, lineStyle: { color: "#dc2626", type: "dashed" }, label: { formatter: "budget", position: "insideEndTop", color: "#dc2626", fontSize: 11 } }] : []),
+        ] } }],
+    });
+    return chart;
+  }
+
+  // A device's memory: one stacked band per job (allocated), the pool's reserved bytes, the budget line
+  // and event markers. ECharts stacks by data index, so every band is laid on the same time grid.
+  function deviceTimeline(el) {
+    const chart = base(el);
+    chart.setOption({
+      animation: false, grid: { left: 76, right: 24, top: 44, bottom: 60 },
+      legend: { top: 0, left: 0, type: "scroll", icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
+      tooltip: tooltip(), xAxis: timeAxis(), yAxis: bytesAxis(),
+      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
+      series: [],
+    });
+    return {
+      chart,
+      set(state, windowS) {
+        const now = Date.now(), from = now - windowS * 1000;
+        const ids = Object.keys(state.series).sort((a, b) => Number(a) - Number(b));
+        const grid = new Set();
+        ids.forEach(id => state.series[id].forEach(p => { if (p[0] * 1000 >= from) grid.add(p[0]); }));
+        const times = Array.from(grid).sort((a, b) => a - b);
+        const series = ids.map((id, i) => {
+          const m = new Map(state.series[id].map(p => [p[0], p[1]]));
+          const job = state.jobs[id] || { label: `job ${id}` };
+          return { id: `job-${id}`, name: job.label, type: "line", stack: "jobs", showSymbol: false, step: "end",
+            lineStyle: { width: 0.8 }, color: PALETTE[i % PALETTE.length], emphasis: { focus: "series" },
+            areaStyle: { opacity: 0.55 }, data: times.map(t => [t * 1000, m.get(t) ?? 0]) };
+        });
+        const pool = state.pool.filter(p => p[0] * 1000 >= from);
+        const budgetPts = pool.filter(p => p[3] !== null && p[3] !== undefined).map(p => [p[0] * 1000, p[3]]);
+        const budgetData = budgetPts.length ? budgetPts : [[from, state.device.budget_bytes], [now, state.device.budget_bytes]];
+        series.push({ id: "reserved", name: "Pool reserved", type: "line", step: "end", showSymbol: false, color: "#0f172a",
+          lineStyle: { width: 1.3, type: "dashed" }, data: pool.map(p => [p[0] * 1000, p[2]]) });
+        series.push({ id: "budget", name: "Budget", type: "line", step: "end", showSymbol: false, color: "#dc2626",
+          lineStyle: { width: 1.8 }, data: budgetData,
+          markLine: { symbol: ["none", "none"], animation: false, label: { show: false },
+            emphasis: { label: { show: true, formatter: p => p.name, color: "#0f172a", fontSize: 11 } },
+            data: state.events.filter(e => e.t * 1000 >= from).slice(-200).map(e => ({
+              name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: "solid", width: 1, opacity: 0.7 } })) } });
+        chart.setOption({ xAxis: { min: from, max: now }, series }, { replaceMerge: ["series"] });
+      },
+    };
+  }
+
+  Z.charts = { jobMemory, memoryCurve, deviceTimeline, EVENT_COLORS };
+})();

@@ -1,0 +1,65 @@
+// Device timeline page: polls the device's timeline JSON once a second (cursor + last event id), keeps
+// per-job bands, pool and events for the chosen time range, and redraws the stacked chart and summary.
+(function () {
+  "use strict";
+  const Z = window.Zico;
+  const me = document.getElementById("device-script");
+  const chart = Z.charts.deviceTimeline(document.getElementById("device-chart"));
+  let windowS = Number(me.dataset.window), cursor = "", sinceEvent = 0, liveOk = true, received = 0;
+  let state = null;
+
+  function trim(list, from) { return list.length && list[0][0] < from ? list.filter(p => p[0] >= from) : list; }
+
+  function onData(d) {
+    const fresh = cursor === "" || state === null;
+    if (fresh) {
+      state = { device: d.device, jobs: d.jobs, series: d.series, pool: d.pool, events: d.events };
+    } else {
+      Object.assign(state.jobs, d.jobs);
+      for (const [id, pts] of Object.entries(d.series)) state.series[id] = (state.series[id] || []).concat(pts);
+      state.pool = state.pool.concat(d.pool);
+      state.events = state.events.concat(d.events);
+      state.device = d.device;
+    }
+    received += Object.values(d.series).reduce((n, s) => n + s.length, 0) + d.pool.length;
+    const from = Date.now() / 1000 - windowS - 5;
+    for (const id of Object.keys(state.series)) state.series[id] = trim(state.series[id], from);
+    state.pool = trim(state.pool, from);
+    state.events = state.events.filter(e => e.t >= from);
+    cursor = d.live.cursor || "";
+    if (d.events.length) sinceEvent = d.events[d.events.length - 1].id;
+    liveOk = d.live.ok;
+    chart.set(state, windowS);
+    const peak = state.pool.reduce((m, p) => Math.max(m, p[2] || 0), 0);
+    const last = state.pool[state.pool.length - 1];
+    const budget = last && last[3] ? last[3] : state.device.budget_bytes;
+    Z.fillSummary(document.getElementById("device-summary"), {
+      peak_bytes: peak || null, budget_bytes: budget, current_allocated_bytes: last ? last[1] : null,
+      current_reserved_bytes: last ? last[2] : null,
+      jobs: Object.keys(state.series).filter(id => state.series[id].length).length, samples: received,
+    });
+    renderEvents();
+  }
+
+  function renderEvents() {
+    const ol = document.getElementById("event-log");
+    ol.innerHTML = "";
+    const evs = state.events.slice(-50).reverse();
+    if (!evs.length) { ol.innerHTML = '<li class="muted">No events in this range.</li>'; return; }
+    for (const e of evs) {
+      const li = document.createElement("li");
+      const t = document.createElement("time"); t.textContent = Z.clock(e.t * 1000);
+      const k = document.createElement("span"); k.className = "log-kind"; k.textContent = e.kind.replace("_", " ");
+      k.style.color = Z.charts.EVENT_COLORS[e.kind] || "";
+      const l = document.createElement("span"); l.textContent = e.label;
+      li.append(t, k, l); ol.append(li);
+    }
+  }
+
+  const poller = Z.poll(me.dataset.url, () => ({ window: windowS, cursor, since_event: cursor ? sinceEvent : 0 }),
+                        onData, ok => Z.showLive(liveOk, ok));
+  document.querySelectorAll("#range button").forEach(b => b.addEventListener("click", () => {
+    document.querySelectorAll("#range button").forEach(x => x.setAttribute("aria-pressed", String(x === b)));
+    windowS = Number(b.dataset.window); cursor = ""; sinceEvent = 0; state = null; received = 0; poller.now();
+  }));
+})();

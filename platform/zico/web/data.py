@@ -1,0 +1,61 @@
+"""JSON endpoints the pages poll (once a second; see Note [Live updates by polling] in live.py).
+
+All are tenant-scoped through :mod:`zico.web.access`: an object the user may not read is a 404, exactly
+like a missing one. Signed-out requests get 401 (not a login redirect). Bad query parameters get 400
+with the parameter named.
+"""
+from __future__ import annotations
+
+from functools import wraps
+
+from django.http import Http404, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from . import access
+from .timelines import device_timeline, job_memory, job_status, parse_since_event, parse_window
+
+
+def json_view(fn):
+    """GET only, no caching, 401 when signed out, 404/400 as JSON."""
+    @wraps(fn)
+    @never_cache
+    @require_GET
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": "sign in first"}, status=401)
+        try:
+            return JsonResponse(fn(request, *args, **kwargs))
+        except Http404:
+            return JsonResponse({"detail": "not found"}, status=404)
+        except ValueError as exc:
+            return JsonResponse({"detail": str(exc)}, status=400)
+    return wrapper
+
+
+@json_view
+def jobs_status(request):
+    """``{"jobs": [job_status, ...]}`` for the ids in ``?ids=1,2,3`` that the user may read (max 200)."""
+    raw = request.GET.get("ids", "")
+    try:
+        ids = [int(x) for x in raw.split(",") if x.strip()][:200]
+    except ValueError:
+        raise ValueError(f"ids: expected comma-separated job ids, got {raw!r}") from None
+    jobs = access.visible_jobs(request.user).filter(pk__in=ids)
+    return {"jobs": [job_status(j) for j in jobs]}
+
+
+@json_view
+def job_memory_data(request, pk: int):
+    """A job's allocated/reserved bytes over time, stored + live (see timelines.job_memory)."""
+    job = access.job_for(request.user, pk)
+    return job_memory(job, parse_window(request.GET.get("window")), request.GET.get("cursor") or None)
+
+
+@json_view
+def device_timeline_data(request, pk: int):
+    """A device's per-job bands, pool, budget and events (see timelines.device_timeline)."""
+    device = access.device_for_timeline(request.user, pk)
+    return device_timeline(device, access.timeline_job_filter(request.user),
+                           parse_window(request.GET.get("window")), request.GET.get("cursor") or None,
+                           parse_since_event(request.GET.get("since_event")))

@@ -1,0 +1,131 @@
+"""Job pages: my jobs, the submit form, job detail and cancel. Thin views over access.py and the models."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from workers.workloads.catalog import UnknownWorkload, get_workload, list_workloads
+from zico.jobs.models import Event, IllegalTransition, JobStatus
+from zico.jobs.submission import JobSpecError, submit_job
+from zico.jobs.transitions import CANCELLABLE
+
+from . import access
+from .forms import JobSubmitForm
+from .timelines import WINDOWS_S, job_status
+
+ACTIVE = (JobStatus.QUEUED, JobStatus.PROFILING, JobStatus.READY, JobStatus.PLACED, JobStatus.RUNNING,
+          JobStatus.LOST)
+
+
+@login_required
+def job_list(request):
+    """The user's tenants' jobs, newest first; ``?mine=1`` keeps only the user's own, ``?tenant=<slug>``."""
+    jobs = access.visible_jobs(request.user)
+    mine = request.GET.get("mine") == "1"
+    if mine:
+        jobs = jobs.filter(owner=request.user)
+    tenant = request.GET.get("tenant", "")
+    if tenant:
+        jobs = jobs.filter(tenant__slug=tenant)
+    jobs = list(jobs[:200])
+    rows = [{"job": j, "s": job_status(j)} for j in jobs]
+    return render(request, "web/job_list.html", {
+        "rows": rows, "mine": mine, "tenant": tenant, "active_count": sum(j.status in ACTIVE for j in jobs),
+        "can_submit": access.submit_tenants(request.user).exists(),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_submit(request):
+    """Submit a job. The form is generated from the workload's schema; on any error nothing is stored."""
+    tenants = access.submit_tenants(request.user)
+    if not tenants.exists():
+        raise PermissionDenied("you are not a member (role member or higher) of any tenant")
+    key = request.POST.get("workload") or request.GET.get("workload") or list_workloads()[0].key
+    try:
+        workload = get_workload(key)
+    except UnknownWorkload:
+        workload = list_workloads()[0]
+    changing = request.method == "POST" and request.POST.get("action") == "change-workload"
+    if request.method == "POST" and not changing:
+        form = JobSubmitForm(request.POST, tenants=tenants, workload=workload)
+        if form.is_valid():
+            try:
+                job = submit_job(tenant=form.cleaned_data["tenant"], owner=request.user, workload=workload.key,
+                                 params=form.params(), budget_bytes=form.budget_bytes(),
+                                 priority=form.cleaned_data["priority"], name=form.cleaned_data["name"])
+            except JobSpecError as exc:
+                form.add_spec_error(exc.field, exc.message)
+            else:
+                messages.success(request, f"Job “{job}” submitted — it is queued.")
+                return redirect("web-job-detail", pk=job.pk)
+        status = 400
+    else:
+        initial = {"workload": workload.key}
+        if request.method == "POST":  # switching workload keeps the tenant, name and limits typed so far
+            initial.update({k: request.POST.get(k) for k in ("tenant", "name", "budget_gib", "priority")
+                            if request.POST.get(k)})
+        form = JobSubmitForm(initial=initial, tenants=tenants, workload=workload)
+        status = 200
+    return render(request, "web/job_submit.html", {"form": form, "workload": workload}, status=status)
+
+
+@login_required
+def job_detail(request, pk: int):
+    """Status, live memory chart, memory curve, sharing plan and delays, params, the job's event log."""
+    job = access.job_for(request.user, pk)
+    profile = job.latest_profile()
+    placement = job.placements.select_related("device__node").order_by("-started_at").first()
+    plan = _plan_view(request.user, job, placement)
+    delays = list(job.events.filter(kind=Event.Kind.DELAY).order_by("-time")[:20])
+    total_delay = sum(float((e.details or {}).get("delay_s", 0) or 0) for e in job.events.filter(kind=Event.Kind.DELAY))
+    log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
+    return render(request, "web/job_detail.html", {
+        "job": job, "s": job_status(job), "profile": profile, "placement": placement, "plan": plan,
+        "delays": delays, "total_delay_s": total_delay, "log": log,
+        "can_cancel": job.status in CANCELLABLE and access.can_cancel(request.user, job),
+        "windows": WINDOWS_S, "params": sorted((job.params or {}).items()),
+    })
+
+
+def _plan_view(user, job, placement) -> dict | None:
+    """The sharing plan as rows a person can read; other tenants' co-located jobs stay anonymous."""
+    if placement is None:
+        return None
+    plan = placement.plan or {}
+    shifts = plan.get("shifts_s") or {}
+    visible = set(access.visible_jobs(user).filter(pk__in=[j.pk for j in placement.jobs.all()])
+                  .values_list("pk", flat=True))
+    rows = []
+    for other in placement.jobs.all().order_by("pk"):
+        shown = other.pk in visible
+        rows.append({"job": other if shown else None, "is_self": other.pk == job.pk,
+                     "shift_s": shifts.get(str(other.pk)) if shown else None})
+    device_visible = access.timeline_devices(user).filter(pk=placement.device_id).exists()
+    return {"rows": rows, "budget_bytes": plan.get("budget_bytes"),
+            "predicted_peak_bytes": plan.get("predicted_peak_bytes"), "device_visible": device_visible,
+            "shift_s": shifts.get(str(job.pk))}
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk: int):
+    """Cancel: the job's owner (role member or higher), a tenant admin/owner, or staff."""
+    job = access.job_for(request.user, pk)
+    if not access.can_cancel(request.user, job):
+        raise PermissionDenied("only the job's owner or a tenant admin may cancel it")
+    if job.status not in CANCELLABLE:
+        messages.warning(request, f"Job “{job}” has already ended ({job.status}).")
+        return redirect("web-job-detail", pk=job.pk)
+    try:
+        job.transition(JobStatus.CANCELLED, reason=f"cancelled by {request.user.get_username()}",
+                       actor=request.user)
+    except IllegalTransition:
+        messages.warning(request, f"Job “{job}” ended before it could be cancelled.")
+    else:
+        messages.success(request, f"Job “{job}” cancelled.")
+    return redirect("web-job-detail", pk=job.pk)

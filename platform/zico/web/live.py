@@ -1,0 +1,113 @@
+"""Live telemetry for the pages: recent samples read from the Redis telemetry stream with a cursor.
+
+Note [Live updates by polling]
+    Pages poll a JSON endpoint once a second with the last stream id they saw (``cursor``); the endpoint
+    answers the samples added after it (``XRANGE key (cursor +``). We poll rather than hold server-sent
+    event streams because the web runs as gunicorn sync workers (docker-compose.yml): an open event stream
+    would pin one of its three workers per open tab. A 1 s period keeps a sample's way from Redis to the
+    chart under 2 s (issue 7), a cursor means no sample is missed or shown twice between polls, and a page
+    recovers by itself after a Redis outage. Stream ids are Redis' millisecond clock, so the first read of a
+    window seeks straight to ``now - window`` instead of scanning the stream.
+
+Every read catches ``redis.RedisError`` and reports ``ok=False`` instead of raising, so a page still
+serves the stored timeline (``zico.telemetry.models.TimelinePoint``) when Redis is down.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import redis
+from django.conf import settings
+
+from zico.telemetry import keys
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLES_PER_READ = 5000  # stream entries scanned per poll (~10 s of 100 jobs at 5 Hz)
+BACKFILL_S = 120  # seconds of live samples a page's first read returns (older ones come from the database)
+_clients: dict[str, redis.Redis] = {}
+
+
+def client() -> redis.Redis:
+    """One shared client per ``settings.REDIS_URL``, with short timeouts: a page never waits long on a
+    dead Redis."""
+    url = settings.REDIS_URL
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5,
+                                             decode_responses=True)
+    return _clients[url]
+
+
+@dataclass
+class LiveRead:
+    """Result of one read: ``ok`` is False when Redis could not be reached (``samples`` is then empty)."""
+
+    ok: bool
+    cursor: str | None
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _valid_cursor(cursor: str | None) -> str | None:
+    """A stream id ``<ms>-<seq>`` or None; raises ValueError naming the parameter otherwise."""
+    if cursor in (None, ""):
+        return None
+    ms, _, seq = cursor.partition("-")
+    if not (ms.isdigit() and seq.isdigit() and len(ms) <= 16 and len(seq) <= 16):
+        raise ValueError(f"cursor: expected a stream id like '1700000000000-0', got {cursor!r}")
+    return cursor
+
+
+def read_samples(match: Callable[[dict[str, Any]], bool], cursor: str | None = None,
+                 backfill_s: float = BACKFILL_S, now_s: float | None = None) -> LiveRead:
+    """Samples from ``keys.TELEMETRY_STREAM`` after ``cursor`` for which ``match(sample)`` is true.
+
+    Args:
+        match: filter on the decoded sample dict (``job``, ``device``, ``t`` s, ``allocated``/``reserved``
+            bytes, ``iteration``, ``phase``; device rows also ``device_used``/``budget`` bytes).
+        cursor: the last stream id the caller saw; None for a first read, which returns the last
+            ``backfill_s`` seconds.
+        now_s: the current unix time for a first read (defaults to the Redis server's clock).
+    Returns:
+        LiveRead with samples in stream order and the cursor to pass next time (the input cursor when
+        nothing new arrived). At most ``MAX_SAMPLES_PER_READ`` entries are scanned per call.
+    Raises:
+        ValueError: ``cursor`` is not a stream id.
+    """
+    cursor = _valid_cursor(cursor)
+    r = client()
+    try:
+        if cursor is None:
+            if now_s is None:
+                sec, usec = r.time()
+                now_s = sec + usec / 1e6
+            start = str(int((now_s - backfill_s) * 1000))
+        else:
+            start = "(" + cursor
+        entries = r.xrange(keys.TELEMETRY_STREAM, min=start, max="+", count=MAX_SAMPLES_PER_READ)
+    except redis.RedisError as exc:
+        log.info("live telemetry unavailable: %s", exc)
+        return LiveRead(ok=False, cursor=cursor)
+    out = []
+    for entry_id, fields in entries:
+        try:
+            sample = json.loads(fields.get("data", ""))
+        except (TypeError, ValueError):
+            continue  # a malformed entry is skipped, never shown
+        if isinstance(sample, dict) and match(sample):
+            out.append(sample)
+    next_cursor = entries[-1][0] if entries else cursor
+    if next_cursor is None:  # an empty first read: start the next one from "now" so nothing is re-read
+        next_cursor = f"{int(now_s * 1000)}-0"
+    return LiveRead(ok=True, cursor=next_cursor, samples=out)
+
+
+def ping() -> bool:
+    """True when Redis answers."""
+    try:
+        return bool(client().ping())
+    except redis.RedisError:
+        return False
+

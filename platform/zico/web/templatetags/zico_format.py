@@ -1,0 +1,53 @@
+"""Template filters that format Zico's figures for people: bytes as KiB/MiB/GiB, seconds, percentages."""
+from __future__ import annotations
+
+from django import template
+
+register = template.Library()
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+@register.filter
+def bytes_h(value) -> str:
+    """``1610612736`` -> ``"1.50 GiB"`` (binary units, as nvidia-smi and torch.cuda report); ``—`` if None."""
+    if value in (None, ""):
+        return "—"
+    n = float(value)
+    i = 0
+    while abs(n) >= 1024 and i < len(_UNITS) - 1:
+        n /= 1024
+        i += 1
+    return f"{int(n)} B" if i == 0 else f"{n:.2f} {_UNITS[i]}"
+
+
+@register.filter
+def seconds_h(value) -> str:
+    """``0.2345`` -> ``"0.23 s"``, ``125`` -> ``"2 min 5 s"``; ``—`` if None."""
+    if value in (None, ""):
+        return "—"
+    s = float(value)
+    if s < 60:
+        return f"{s:.2f} s"
+    m, s = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m} min {s} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+@register.filter
+def percent(value, total) -> str:
+    """``percent(3, 4)`` -> ``"75%"``; ``—`` when either is missing or total is 0."""
+    try:
+        return f"{100 * float(value) / float(total):.0f}%"
+    except (TypeError, ValueError, ZeroDivisionError):
+        return "—"
+
+
+@register.filter
+def ratio(value, total) -> float:
+    """``value / total`` clamped to [0, 1] (for progress bars and meters); 0 when undefined."""
+    try:
+        return max(0.0, min(1.0, float(value) / float(total)))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 0.0

@@ -1,0 +1,164 @@
+"""Tenant admin page: members and roles, quotas, and the signed-in user's API tokens (a new token is shown once).
+
+Members (any role) and staff may look; admins and owners change members (only owners grant or remove the
+owner role — the model refuses to remove the last owner); quotas are set by cluster staff only.
+"""
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from zico.tenants.models import ApiToken, Role, RoleError, Tenant
+
+from . import access
+from .forms import GIB
+
+
+class AddMemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Username")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER, label="Role")
+
+
+class QuotaForm(forms.Form):
+    max_running_jobs = forms.IntegerField(min_value=0, label="Running jobs at once")
+    max_total_budget_gib = forms.DecimalField(min_value=0, required=False, decimal_places=3, max_digits=12,
+                                              label="Total job budget (GiB)",
+                                              help_text="Sum of budgets over unfinished jobs; empty = no limit.")
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100, label="Token name", help_text="e.g. laptop CLI, CI pipeline")
+
+
+@login_required
+def tenant_home(request):
+    """Send the user to the admin page of their first tenant (staff without a tenant: the first tenant)."""
+    tenant = Tenant.objects.for_user(request.user).first() or (request.user.is_staff and Tenant.objects.first())
+    if not tenant:
+        raise PermissionDenied("you are not a member of any tenant")
+    return redirect("web-tenant", slug=tenant.slug)
+
+
+@login_required
+def tenant_page(request, slug: str):
+    tenant = access.tenant_for(request.user, slug)
+    return render(request, "web/tenant.html", _context(request, tenant))
+
+
+def _context(request, tenant: Tenant, new_token: dict | None = None) -> dict:
+    role = tenant.role_of(request.user)
+    manage = request.user.is_staff or tenant.has_role(request.user, Role.ADMIN)
+    quota = tenant.max_total_budget_bytes
+    return {
+        "tenant": tenant, "role": role, "manage": manage, "is_owner": tenant.has_role(request.user, Role.OWNER),
+        "members": tenant.memberships.select_related("user").order_by("user__username"),
+        "roles": Role.choices,
+        "tenants": Tenant.objects.for_user(request.user),
+        "add_form": AddMemberForm(), "token_form": TokenForm(),
+        "quota_form": QuotaForm(initial={"max_running_jobs": tenant.max_running_jobs,
+                                         "max_total_budget_gib": None if quota is None else round(quota / GIB, 3)}),
+        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "new_token": new_token,
+    }
+
+
+def _require_manager(request, tenant: Tenant, role: str = Role.ADMIN) -> None:
+    if not (request.user.is_staff or tenant.has_role(request.user, role)):
+        raise PermissionDenied(f"role {role} or higher needed in {tenant.slug}")
+
+
+@login_required
+@require_POST
+def member_add(request, slug: str):
+    tenant = access.tenant_for(request.user, slug)
+    _require_manager(request, tenant)
+    form = AddMemberForm(request.POST)
+    if form.is_valid():
+        role = form.cleaned_data["role"]
+        if role == Role.OWNER:
+            _require_manager(request, tenant, Role.OWNER)
+        user = get_user_model().objects.filter(username=form.cleaned_data["username"]).first()
+        if user is None:
+            messages.error(request, f"No user named “{form.cleaned_data['username']}”.")
+        else:
+            try:
+                tenant.add_member(user, role, actor=request.user)
+                messages.success(request, f"{user.get_username()} added as {role}.")
+            except RoleError as exc:
+                messages.error(request, str(exc))
+    else:
+        messages.error(request, "Give a username and a role.")
+    return redirect("web-tenant", slug=tenant.slug)
+
+
+@login_required
+@require_POST
+def member_change(request, slug: str, member_id: int):
+    """Change a member's role (``role`` in the POST) or remove them (``remove``)."""
+    tenant = access.tenant_for(request.user, slug)
+    _require_manager(request, tenant)
+    m = get_object_or_404(tenant.memberships.select_related("user"), pk=member_id)
+    new_role = request.POST.get("role")
+    if Role.OWNER in (m.role, new_role):
+        _require_manager(request, tenant, Role.OWNER)
+    try:
+        if "remove" in request.POST:
+            m.remove(actor=request.user)
+            messages.success(request, f"{m.user.get_username()} removed from {tenant.name}.")
+        else:
+            m.set_role(new_role or "", actor=request.user)
+            messages.success(request, f"{m.user.get_username()} is now {m.role}.")
+    except RoleError as exc:
+        messages.error(request, str(exc))
+    return redirect("web-tenant", slug=tenant.slug)
+
+
+@login_required
+@require_POST
+def quota_change(request, slug: str):
+    tenant = access.tenant_for(request.user, slug)
+    if not request.user.is_staff:
+        raise PermissionDenied("quotas are set by cluster staff")
+    form = QuotaForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Quota: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect("web-tenant", slug=tenant.slug)
+    gib = form.cleaned_data["max_total_budget_gib"]
+    tenant.max_running_jobs = form.cleaned_data["max_running_jobs"]
+    tenant.max_total_budget_bytes = None if gib is None else int(gib * GIB)
+    tenant.save(update_fields=["max_running_jobs", "max_total_budget_bytes"])
+    from zico.jobs.models import Event
+    Event.record(Event.Kind.QUOTA_CHANGE, tenant=tenant, actor=request.user,
+                 max_running_jobs=tenant.max_running_jobs, max_total_budget_bytes=tenant.max_total_budget_bytes)
+    messages.success(request, "Quotas saved.")
+    return redirect("web-tenant", slug=tenant.slug)
+
+
+@login_required
+@require_POST
+def token_create(request, slug: str):
+    """Issue a token for the signed-in user and show its secret in this response only (never stored)."""
+    tenant = access.tenant_for(request.user, slug)
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the token a name.")
+        return redirect("web-tenant", slug=tenant.slug)
+    token, raw = ApiToken.issue(request.user, form.cleaned_data["name"])
+    response = render(request, "web/tenant.html", _context(request, tenant, {"name": token.name, "raw": raw}))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def token_revoke(request, slug: str, token_id: int):
+    tenant = access.tenant_for(request.user, slug)
+    token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
+    token.revoke()
+    messages.success(request, f"Token “{token.name}” revoked.")
+    return redirect("web-tenant", slug=tenant.slug)

@@ -1,0 +1,218 @@
+"""The data behind the charts: a job's memory over time and a device's per-job timeline, stored plus live.
+
+Both builders merge two sources into one JSON-ready dict:
+
+* the stored timeline (``zico.telemetry.models.TimelinePoint``, at most one point per job per second,
+  written by the control consumer), downsampled in SQL to at most ``MAX_POINTS`` buckets per series by
+  taking each bucket's largest value (a downsampled chart never hides a peak);
+* live samples from Redis (:mod:`zico.web.live`), which replace stored points from their first second on.
+
+A first request (no ``cursor``) returns the whole window; later polls pass the returned ``cursor`` (and
+``since_event``) and get only what is new. Times are unix seconds, memory figures bytes.
+"""
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from django.db.models import BigIntegerField, ExpressionWrapper, F, Max, Value
+
+from zico.jobs.models import Event, Job
+from zico.telemetry import keys
+from zico.telemetry.models import TimelinePoint
+
+from . import live
+
+MAX_POINTS = 600  # buckets per series in a first response
+WINDOWS_S = (300, 900, 3600, 6 * 3600, 24 * 3600)  # the time-range selector's choices
+DEFAULT_WINDOW_S = 900
+DEVICE_EVENT_KINDS = (Event.Kind.PLACEMENT, Event.Kind.DELAY, Event.Kind.BUDGET_CHANGE,
+                      Event.Kind.OOM_PREVENTED, Event.Kind.WORKER_LOST)
+
+
+def parse_window(value: str | None) -> int:
+    """The window in seconds from a query parameter. Raises ValueError naming ``window`` if not a choice."""
+    if value in (None, ""):
+        return DEFAULT_WINDOW_S
+    if not value.isdigit() or int(value) not in WINDOWS_S:
+        raise ValueError(f"window: expected one of {', '.join(map(str, WINDOWS_S))} seconds, got {value!r}")
+    return int(value)
+
+
+def parse_since_event(value: str | None) -> int:
+    """The last event id the page has seen (0 = none). Raises ValueError naming ``since_event``."""
+    if value in (None, ""):
+        return 0
+    if not value.isdigit():
+        raise ValueError(f"since_event: expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def device_key(device) -> str:
+    """The device's name in Redis (``gpu.node1.0``), from :func:`zico.telemetry.keys.device_key`."""
+    return keys.device_key(device.kind, device.node.host, device.index)
+
+
+def _stored(qs, since_s: int, window_s: int, value_fields: Iterable[str]) -> list[dict[str, Any]]:
+    """Stored points since ``since_s`` bucketed to <= MAX_POINTS per (job); each bucket keeps its maxima."""
+    bucket = max(1, math.ceil(window_s / MAX_POINTS))
+    qs = qs.filter(second__gte=since_s)
+    if bucket == 1:
+        return list(qs.order_by("second").values("second", "job_id", *value_fields))
+    b = ExpressionWrapper(F("second") / Value(bucket), output_field=BigIntegerField())
+    rows = (qs.annotate(b=b).values("b", "job_id")
+            .annotate(second=Max("second"), **{f: Max(f) for f in value_fields}).order_by("b"))
+    return list(rows)
+
+
+def _summary(peak: int | None, budget: int | None, allocated: int | None, reserved: int | None) -> dict:
+    return {"peak_bytes": peak, "budget_bytes": budget, "current_allocated_bytes": allocated,
+            "current_reserved_bytes": reserved}
+
+
+def job_status(job: Job) -> dict[str, Any]:
+    """The job's headline figures for the pages (status, progress fraction, throughput, peak)."""
+    m = job.metrics or {}
+    total = job.total_iterations
+    return {
+        "id": job.pk, "status": job.status, "iteration": job.progress_iteration, "iterations": total,
+        "progress": min(1.0, job.progress_iteration / total) if total else None,
+        "iterations_per_s": m.get("iterations_per_s"), "peak_bytes": m.get("peak_bytes"),
+        "delay_s": m.get("delay_s"), "failure_reason": job.failure_reason,
+    }
+
+
+def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = None,
+               now_s: float | None = None) -> dict[str, Any]:
+    """Allocated and reserved bytes of ``job`` over the last ``window_s`` seconds.
+
+    Returns ``{"job": job_status, "live": {"ok", "cursor"}, "points": [[t, allocated, reserved, iteration],
+    ...], "summary": {...}}``; with a ``cursor`` only the live points after it. Raises ValueError on a bad
+    cursor.
+    """
+    now_s = time.time() if now_s is None else now_s
+    read = live.read_samples(lambda s: s.get("job") == job.pk, cursor=cursor, now_s=now_s)
+    live_pts = [[s["t"], s.get("allocated"), s.get("reserved"), s.get("iteration")]
+                for s in read.samples if isinstance(s.get("t"), (int, float))]
+    points: list[list] = []
+    if cursor is None:
+        first_live = live_pts[0][0] if live_pts else math.inf
+        rows = _stored(TimelinePoint.objects.filter(job=job), int(now_s - window_s), window_s,
+                       ("allocated_bytes", "reserved_bytes", "iteration"))
+        points = [[r["second"], r["allocated_bytes"], r["reserved_bytes"], r["iteration"]]
+                  for r in rows if r["second"] < _cut(first_live)]
+    points += live_pts
+    peak = (job.metrics or {}).get("peak_bytes")
+    seen_peak = max((p[2] or 0 for p in points), default=None)
+    last = points[-1] if points else [None, None, None, None]
+    return {
+        "job": job_status(job),
+        "live": {"ok": read.ok, "cursor": read.cursor},
+        "points": points,
+        "summary": _summary(max(filter(None, [peak, seen_peak]), default=None), job.budget_bytes, last[1], last[2]),
+    }
+
+
+def _event_label(e: Event, visible_job_ids: set[int] | None) -> str:
+    d = e.details or {}
+    job = f"job {e.job_id}" if e.job_id and (visible_job_ids is None or e.job_id in visible_job_ids) else "a job"
+    if e.kind == Event.Kind.BUDGET_CHANGE:
+        return f"budget {d.get('old_bytes')} → {d.get('new_bytes')} bytes"
+    if e.kind == Event.Kind.DELAY:
+        return f"{job} delayed {float(d.get('delay_s', 0)):.2f} s"
+    if e.kind == Event.Kind.PLACEMENT:
+        return f"{job} placed"
+    if e.kind == Event.Kind.OOM_PREVENTED:
+        return f"OOM prevented ({job})"
+    return e.get_kind_display()
+
+
+def device_events(device, tenant_ids: set[int] | None, since_s: float, since_event: int = 0) -> list[dict]:
+    """Timeline markers: the device's placement, delay, budget, OOM-prevented and worker-lost events.
+
+    ``tenant_ids`` None shows every event; otherwise only events without a job or with a job of those
+    tenants. Newest 500 at most, oldest first.
+    """
+    qs = Event.objects.filter(device=device, kind__in=DEVICE_EVENT_KINDS, id__gt=since_event,
+                              time__gte=_dt(since_s))
+    if tenant_ids is not None:
+        qs = qs.filter(job__isnull=True) | qs.filter(job__tenant_id__in=tenant_ids)
+    evs = list(qs.order_by("-id")[:500])[::-1]
+    visible = None if tenant_ids is None else {e.job_id for e in evs if e.job_id}
+    return [{"id": e.pk, "t": e.time.timestamp(), "kind": e.kind, "job": e.job_id,
+             "label": _event_label(e, visible)} for e in evs]
+
+
+def _dt(unix_s: float) -> datetime:
+    return datetime.fromtimestamp(unix_s, tz=timezone.utc)
+
+
+def _cut(first_live_t: float) -> float:
+    """Stored seconds before this one are kept; from it on, live samples replace them."""
+    return math.floor(first_live_t) if math.isfinite(first_live_t) else math.inf
+
+
+def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT_WINDOW_S,
+                    cursor: str | None = None, since_event: int = 0, now_s: float | None = None) -> dict:
+    """Per-job allocated bytes on ``device`` (one stacked band per job), the pool's reserved bytes, its
+    budget and event markers, over the last ``window_s`` seconds.
+
+    ``tenant_ids`` None (staff) shows every job's band; otherwise only bands of jobs of those tenants —
+    the pool row (all jobs together) and the budget are shown either way. Returns ``{"device", "jobs":
+    {id: {...}}, "series": {id: [[t, allocated], ...]}, "pool": [[t, allocated, reserved, budget]],
+    "events": [...], "live": {...}, "summary": {...}}``. Raises ValueError on a bad cursor.
+    """
+    now_s = time.time() if now_s is None else now_s
+    dev = device_key(device)
+    read = live.read_samples(lambda s: s.get("device") == dev, cursor=cursor, now_s=now_s)
+    samples = [s for s in read.samples if isinstance(s.get("t"), (int, float))]
+    sampled_jobs = {s["job"] for s in samples if isinstance(s.get("job"), int)}
+    if tenant_ids is None:
+        allowed = sampled_jobs
+    else:  # one query decides which sampled jobs this user may see
+        allowed = set(Job.objects.filter(pk__in=sampled_jobs, tenant_id__in=tenant_ids)
+                      .values_list("id", flat=True))
+    series: dict[int, list] = {}
+    pool: list[list] = []
+    for s in samples:
+        jid = s.get("job")
+        if jid is None:
+            pool.append([s["t"], s.get("allocated"), s.get("reserved"), s.get("budget")])
+        elif jid in allowed:
+            series.setdefault(jid, []).append([s["t"], s.get("allocated")])
+    first_live = samples[0]["t"] if samples else math.inf
+    if cursor is None:
+        since = int(now_s - window_s)
+        cut = _cut(first_live)
+        base = TimelinePoint.objects.filter(device=device)
+        stored_jobs = _stored(base.filter(job__isnull=False) if tenant_ids is None
+                              else base.filter(job__tenant_id__in=tenant_ids),
+                              since, window_s, ("allocated_bytes",))
+        stored_series: dict[int, list] = {}
+        for r in stored_jobs:
+            if r["second"] < cut:
+                stored_series.setdefault(r["job_id"], []).append([r["second"], r["allocated_bytes"]])
+        for jid, pts in stored_series.items():
+            series[jid] = pts + series.get(jid, [])
+        stored_pool = _stored(base.filter(job__isnull=True), since, window_s,
+                              ("allocated_bytes", "reserved_bytes", "budget_bytes"))
+        pool = [[r["second"], r["allocated_bytes"], r["reserved_bytes"], r["budget_bytes"]]
+                for r in stored_pool if r["second"] < cut] + pool
+    jobs = {j.pk: {"id": j.pk, "label": str(j), "tenant": j.tenant.slug, "status": j.status}
+            for j in Job.objects.filter(pk__in=set(series)).select_related("tenant")}
+    events = device_events(device, tenant_ids, now_s - window_s, since_event)
+    peak = max((p[2] or 0 for p in pool), default=None)
+    last = pool[-1] if pool else [None, None, None, None]
+    return {
+        "device": {"id": device.pk, "key": dev, "name": device.name, "total_bytes": device.total_bytes,
+                   "budget_bytes": device.budget_bytes},
+        "jobs": {str(k): v for k, v in jobs.items()},
+        "series": {str(k): v for k, v in series.items()},
+        "pool": pool,
+        "events": events,
+        "live": {"ok": read.ok, "cursor": read.cursor},
+        "summary": _summary(peak, last[3] or device.budget_bytes, last[1], last[2]),
+    }
+

@@ -1,0 +1,51 @@
+"""Each page renders for its owner with the figures that matter (no browser; Django's test client)."""
+import pytest
+
+from zico.jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_sign_in_page_has_labelled_inputs(client):
+    html = client.get("/login/").content.decode()
+    assert '<label for="id_username">' in html and '<label for="id_password">' in html
+
+
+def test_pages_redirect_signed_out_users_to_sign_in(client):
+    for url in ("/", "/jobs/new/", "/cluster/", "/tenant/"):
+        r = client.get(url)
+        assert r.status_code == 302 and r.url.startswith("/login/"), url
+
+
+def test_job_list_shows_status_progress_and_peak(cluster, client_for, personas):
+    j = cluster.acme_job
+    Job.objects.filter(pk=j.pk).update(progress_iteration=125, metrics={"iterations_per_s": 4.5,
+                                                                        "peak_bytes": 3 * (1 << 30)})
+    html = client_for(personas.owner).get("/").content.decode()
+    assert "acme-secret-model" in html
+    assert "125 / 500 iterations" in html
+    assert "4.50 it/s" in html and "3.00 GiB" in html
+    assert 'aria-valuenow="25"' in html
+
+
+def test_job_detail_shows_curve_plan_delays_and_log(cluster, client_for, personas):
+    html = client_for(personas.owner).get(f"/jobs/{cluster.acme_job.pk}/").content.decode()
+    assert 'id="curve-data"' in html and "18.00 GiB" in html          # the curve and its peak
+    assert "61.00 GiB" in html                                       # predicted peak of the sharing plan
+    assert "a job of another tenant" in html                         # the co-located rival job stays anonymous
+    assert "gate" in html and "0.05 s" in html                       # the delay imposed on this job
+    assert "Cancel job" in html
+
+
+def test_cluster_overview_shows_used_versus_budget(cluster, client_for, personas):
+    html = client_for(personas.owner).get("/cluster/").content.decode()
+    assert "NVIDIA H100 80GB HBM3" in html
+    assert "20.00 GiB" in html and "72.00 GiB" in html              # stored pool reserved vs budget
+    assert "28% of budget" in html
+
+
+def test_owner_cancels_a_running_job(cluster, client_for, personas):
+    r = client_for(personas.owner).post(f"/jobs/{cluster.acme_job.pk}/cancel/")
+    assert r.status_code == 302
+    cluster.acme_job.refresh_from_db()
+    assert cluster.acme_job.status == "cancelled"
