@@ -128,6 +128,10 @@ class Device(models.Model):
         self.last_heartbeat = when
 
 
+class PlacementError(ValueError):
+    """A placement cannot be opened; the message starts with the offending input's name."""
+
+
 class PlacementQuerySet(models.QuerySet):
     def active(self) -> "PlacementQuerySet":
         return self.filter(ended_at__isnull=True)
@@ -161,6 +165,56 @@ class Placement(models.Model):
 
     def __str__(self) -> str:
         return f"placement {self.pk} on {self.device}"
+
+    @classmethod
+    def open(cls, device: Device, jobs, plan: dict | None = None, *, actor=None) -> "Placement":
+        """Place ``jobs`` (all ``ready``) on ``device`` under ``plan``, atomically.
+
+        Creates the Placement, moves every job ready → placed (a status_change Event each) and
+        records one ``placement`` Event per tenant involved. Jobs on one device share one worker
+        process (DESIGN.md), so jobs of different tenants — counting jobs already placed or running
+        on the device — may meet only when every tenant involved allows cross-tenant co-location.
+
+        Raises:
+            PlacementError: no jobs, the device is not online, or the co-location policy forbids it.
+            zico.jobs.transitions.IllegalTransition: a job is not ``ready``; nothing is written.
+        """
+        from zico.jobs.models import Event, Job
+        from zico.jobs.transitions import ON_DEVICE, IllegalTransition, JobStatus
+
+        jobs = list(jobs)
+        if not jobs:
+            raise PlacementError("jobs: a placement needs at least one job")
+        with transaction.atomic():
+            dev = Device.objects.select_for_update().select_related("node").get(pk=device.pk)
+            if dev.status != Status.ONLINE:
+                raise PlacementError(f"device: {dev} is {dev.status}, not online")
+            resident = Job.objects.filter(status__in=ON_DEVICE, placements__device=dev,
+                                          placements__ended_at__isnull=True)
+            from zico.tenants.models import Tenant
+
+            tenants = list(Tenant.objects.filter(
+                models.Q(pk__in=[j.tenant_id for j in jobs]) | models.Q(pk__in=resident.values("tenant_id"))
+            ).distinct())
+            if len(tenants) > 1 and not all(t.allow_cross_tenant_colocation for t in tenants):
+                refusing = ", ".join(t.slug for t in tenants if not t.allow_cross_tenant_colocation)
+                raise PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
+            # Check every job before writing anything, so no in-memory job is left showing a rolled-back move.
+            locked = {j.pk: j.status for j in Job.objects.select_for_update().filter(pk__in=[j.pk for j in jobs])}
+            for job in jobs:
+                if locked.get(job.pk) != JobStatus.READY:
+                    raise IllegalTransition(job.pk, locked.get(job.pk, "missing"), JobStatus.PLACED)
+            placement = cls.objects.create(device=dev, plan=plan or {})
+            placement.jobs.set(jobs)
+            for job in jobs:
+                job.transition(JobStatus.PLACED, actor=actor, device=dev, placement=placement.pk)
+            for t in tenants:
+                mine = [j.pk for j in jobs if j.tenant_id == t.pk]
+                if mine:
+                    # Each tenant's event names only its own jobs: other tenants' job ids are not theirs to see.
+                    Event.record(Event.Kind.PLACEMENT, tenant=t, device=dev, actor=actor, placement=placement.pk,
+                                 jobs=mine, shared_with_other_tenants=len(tenants) > 1, plan=placement.plan)
+        return placement
 
     @property
     def is_active(self) -> bool:
