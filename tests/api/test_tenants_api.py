@@ -45,16 +45,18 @@ def test_settings_change_by_persona(personas, client_for, row_counts, who, statu
                                         ("staff", 200)])
 def test_only_staff_set_quotas(personas, client_for, who, status):
     r = client_for(getattr(personas, who)).patch("/api/tenants/acme/",
-                                                 {"max_running_jobs": 9, "max_total_budget_bytes": 40 * GIB},
-                                                 format="json")
+                                                 {"max_running_jobs": 9, "max_total_budget_bytes": 40 * GIB,
+                                                  "share_weight": 2.5}, format="json")
     assert r.status_code == status
     t = Tenant.objects.get(slug="acme")
-    assert (t.max_running_jobs, t.max_total_budget_bytes) == ((9, 40 * GIB) if status == 200 else (4, None))
+    expected = (9, 40 * GIB, 2.5) if status == 200 else (4, None, 1.0)
+    assert (t.max_running_jobs, t.max_total_budget_bytes, t.share_weight) == expected
     assert Event.objects.filter(kind="quota_change").count() == (status == 200)
 
 
 @pytest.mark.parametrize("body,field", [({"max_total_budget_bytes": -5}, "max_total_budget_bytes"),
                                         ({"max_running_jobs": -1}, "max_running_jobs"),
+                                        ({"share_weight": 0}, "share_weight"),
                                         ({"name": ""}, "name")])
 def test_bad_tenant_values_are_400_and_change_nothing(personas, client_for, row_counts, body, field):
     before = row_counts()

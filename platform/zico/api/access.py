@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rest_framework import exceptions, permissions
 
-from zico.tenants.models import Role, Tenant
+from zico.tenants.models import Tenant
 
 
 def require_role(tenant: Tenant, user, at_least: str, action: str) -> None:
@@ -33,6 +33,3 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
     """A 400 naming ``field``; a dotted field (``params.batch_size``) becomes a nested error."""
     head, _, rest = field.partition(".")
     return exceptions.ValidationError({head: {rest: [message]}} if rest else {head: [message]})
-
-
-ROLE_CHOICES = Role.values

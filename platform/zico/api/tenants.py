@@ -2,7 +2,7 @@
 
 Who may change what:
 * name, allow_cross_tenant_colocation — the tenant's owners and admins;
-* max_running_jobs, max_total_budget_bytes (quotas) — cluster staff only: a quota limits a
+* max_running_jobs, max_total_budget_bytes, share_weight (quotas) — cluster staff only: a quota limits a
   tenant's share of the cluster, so the tenant cannot raise its own;
 * members — admins add/remove members, admins and viewers; only owners grant, change or remove
   the owner role; the last owner cannot be demoted or removed.
@@ -32,8 +32,8 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "max_running_jobs", "max_total_budget_bytes", "allow_cross_tenant_colocation",
-                  "created_at", "my_role", "running_jobs", "budgeted_bytes"]
+        fields = ["slug", "name", "max_running_jobs", "max_total_budget_bytes", "share_weight",
+                  "allow_cross_tenant_colocation", "created_at", "my_role", "running_jobs", "budgeted_bytes"]
         read_only_fields = ["slug", "created_at"]
 
     def get_my_role(self, tenant) -> str | None:

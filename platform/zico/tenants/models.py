@@ -8,7 +8,7 @@ A tenant owns jobs; users act in a tenant through a Membership whose role decide
     admin   — also cancels any of the tenant's jobs and manages members (not owners)
     owner   — also grants and removes the owner role
 
-Quotas (``max_running_jobs``, ``max_total_budget_bytes``) are set by cluster staff (Django
+Quotas (``max_running_jobs``, ``max_total_budget_bytes``, ``share_weight``) are set by cluster staff (Django
 ``is_staff``), not by the tenant itself; see zico/api/tenants.py.
 """
 from __future__ import annotations
@@ -63,6 +63,9 @@ class Tenant(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0)],
         help_text="Bytes; sum of budgets over unfinished jobs. Empty = no limit.",
     )
+    # Weight in the scheduler's weighted fair share of device-memory-seconds (placement.tenancy).
+    share_weight = models.FloatField(default=1.0, validators=[MinValueValidator(1e-3)],
+                                     help_text="fair-share weight (> 0); twice the weight, twice the share")
     # Jobs of different tenants share a device (and a worker process) only when both allow it.
     allow_cross_tenant_colocation = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -76,6 +79,7 @@ class Tenant(models.Model):
                 condition=models.Q(max_total_budget_bytes__isnull=True) | models.Q(max_total_budget_bytes__gte=0),
                 name="tenant_budget_quota_non_negative",
             ),
+            models.CheckConstraint(condition=models.Q(share_weight__gt=0), name="tenant_share_weight_positive"),
         ]
 
     def __str__(self) -> str:
@@ -142,7 +146,7 @@ class Tenant(models.Model):
         return m
 
 
-QUOTA_FIELDS = ("max_running_jobs", "max_total_budget_bytes")  # set by cluster staff
+QUOTA_FIELDS = ("max_running_jobs", "max_total_budget_bytes", "share_weight")  # set by cluster staff
 SETTINGS_FIELDS = ("name", "allow_cross_tenant_colocation")  # set by the tenant's owners and admins
 
 
