@@ -18,7 +18,15 @@
 
 namespace {
 
+c10::DeleterFnPtr g_previous_raw_deleter = nullptr;
+
 void zico_delete(void* ptr) { zico_free(ptr, 0, ZICO_HOST_DEVICE, nullptr); }
+
+// raw_deallocate() callers (e.g. some CPU kernels' scratch buffers) hand back pointers from
+// raw_allocate(), which may have come from the previous allocator when the thread was unbound.
+void raw_delete(void* ptr) {
+  if (!zico_try_free(ptr, ZICO_HOST_DEVICE, nullptr) && g_previous_raw_deleter) g_previous_raw_deleter(ptr);
+}
 
 class ZicoCpuAllocator final : public c10::Allocator {
  public:
@@ -35,6 +43,9 @@ class ZicoCpuAllocator final : public c10::Allocator {
     }
     return {p, p, &zico_delete, c10::Device(c10::DeviceType::CPU)};
   }
+
+  // Non-null so raw_allocate/raw_deallocate work; requires the previous allocator to have one too.
+  c10::DeleterFnPtr raw_deleter() const override { return g_previous_raw_deleter ? &raw_delete : nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
@@ -58,7 +69,9 @@ int zico_cpu_shim_install(int scope) {
   if (!zico_is_installed(ZICO_HOST_DEVICE)) return -1;
   if (!g_allocator) {
     // Leaked on purpose: tensors freed during interpreter shutdown still reach a live allocator.
-    g_allocator = new ZicoCpuAllocator(c10::GetCPUAllocator());
+    c10::Allocator* previous = c10::GetCPUAllocator();
+    g_previous_raw_deleter = previous->raw_deleter();
+    g_allocator = new ZicoCpuAllocator(previous);
     c10::SetCPUAllocator(g_allocator, /*priority=*/100);
   }
   g_allocator->scope_.store(scope);

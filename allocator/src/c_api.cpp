@@ -97,6 +97,16 @@ void zico_free(void* ptr, size_t /*size*/, int device, void* stream) {
   }
 }
 
+int zico_try_free(void* ptr, int device, void* stream) {
+  if (!ptr) return 0;
+  try {
+    DevicePool* p = pool_for(device);
+    return (p && p->deallocate(ptr, stream, /*count_invalid=*/false)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 int zico_install_host(int device, uint64_t capacity_bytes) {
   return guarded([&] {
     if (device != ZICO_HOST_DEVICE && (device < 0 || device >= ZICO_MAX_CUDA_DEVICES))

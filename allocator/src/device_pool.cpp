@@ -84,8 +84,9 @@ void DevicePool::release(size_t want) {
 }
 
 void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t rounded) {
-  // Enough cached bytes in total but no block fits: the cause is fragmentation, whatever limit hit.
-  const uint64_t free_cached = pool_.free_bytes();
+  // Enough cached bytes in the request's pool (small or large) but no block fits: the cause is
+  // fragmentation, whichever limit was hit.
+  const uint64_t free_cached = pool_.free_bytes(is_small(rounded));
   if (free_cached >= rounded) reason = OomReason::kFragmentation;
   JobAccount& a = ledger_.job(job);
   ++num_ooms_;
@@ -209,11 +210,11 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   return b->ptr;
 }
 
-bool DevicePool::deallocate(void* ptr, void* stream) {
+bool DevicePool::deallocate(void* ptr, void* stream, bool count_invalid) {
   std::lock_guard<std::mutex> lk(mu_);
   FreedBlock f;
   if (!pool_.free(ptr, stream, &f)) {
-    ++num_invalid_frees_;
+    if (count_invalid) ++num_invalid_frees_;
     return false;
   }
   const int64_t n = static_cast<int64_t>(f.size);

@@ -36,8 +36,9 @@ class DevicePool {
 
   // Returns a block of >= size bytes charged to `job`, or nullptr (see last_oom()). Thread-safe.
   void* allocate(size_t size, void* stream, int64_t job);
-  // Frees `ptr` on `stream`; false if `ptr` is not a live allocation of this pool.
-  bool deallocate(void* ptr, void* stream);
+  // Frees `ptr` on `stream`; false if `ptr` is not a live allocation of this pool (counted in
+  // num_invalid_frees when count_invalid).
+  bool deallocate(void* ptr, void* stream, bool count_invalid = true);
 
   void set_budget(uint64_t bytes);
   uint64_t budget();

@@ -199,6 +199,12 @@ size_t Pool::free_bytes() const {
   return n;
 }
 
+size_t Pool::free_bytes(bool small) const {
+  size_t n = 0;
+  for (const Block* b : small ? small_free_ : large_free_) n += b->size;
+  return n;
+}
+
 size_t Pool::inactive_split_bytes(int kind) const {
   size_t n = 0;
   for (int k = 0; k < 2; ++k) {

@@ -96,6 +96,7 @@ class Pool {
   bool owns(void* ptr) const { return live_.count(ptr) != 0; }
   size_t largest_free_block(bool small) const;
   size_t free_bytes() const;                // bytes in free blocks
+  size_t free_bytes(bool small) const;      // ...of the small or the large pool
   size_t inactive_split_bytes(int kind) const;  // free blocks in partly used segments
   size_t inactive_split_blocks(int kind) const;
   const std::unordered_map<char*, Segment*>& segments() const { return segments_; }

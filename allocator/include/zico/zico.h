@@ -59,6 +59,8 @@ typedef struct zico_trace_record {
 /* --- the allocator proper (CUDAPluggableAllocator signature) --- */
 void* zico_malloc(size_t size, int device, void* stream);
 void zico_free(void* ptr, size_t size, int device, void* stream);
+/* Like zico_free, but returns 1 if ptr was a live allocation of the pool and 0 (silently) if not. */
+int zico_try_free(void* ptr, int device, void* stream);
 
 /* --- installation --- */
 /* Host pool for `device` (normally ZICO_HOST_DEVICE); capacity_bytes = ZICO_UNLIMITED for none. */

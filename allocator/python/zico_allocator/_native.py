@@ -43,6 +43,7 @@ class TraceRecordC(ctypes.Structure):
 _SIGNATURES = {
     "zico_malloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "zico_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
+    "zico_try_free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zico_install_host": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
     "zico_is_installed": (ctypes.c_int, [ctypes.c_int]),
     "zico_upstream_name": (ctypes.c_char_p, [ctypes.c_int]),
