@@ -1,8 +1,9 @@
 """The OpenAPI schema and its docs page are served and describe every resource."""
+import pytest
 
 
-def test_schema_lists_every_resource(client_for, personas):
-    r = client_for(personas.owner).get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+def test_schema_lists_every_resource(client_for):
+    r = client_for(None).get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")  # public
     assert r.status_code == 200
     paths = r.json()["paths"]
     for p in ["/api/jobs/", "/api/jobs/{id}/cancel/", "/api/devices/{id}/", "/api/tenants/{slug}/members/",
@@ -15,6 +16,12 @@ def test_docs_page_is_served(client_for, personas):
     assert client_for(personas.owner).get("/api/docs/").status_code == 200
 
 
-def test_workloads_lists_the_catalog(client_for, personas):
-    r = client_for(personas.viewer).get("/api/workloads/")
+@pytest.mark.parametrize("who", ["owner", "admin", "teammate", "viewer", "outsider", "staff"])
+def test_every_signed_in_persona_reads_the_workload_catalog(client_for, personas, who):
+    r = client_for(getattr(personas, who)).get("/api/workloads/")
     assert r.status_code == 200 and "digits-cnn" in {w["key"] for w in r.data}
+    assert "builder" not in r.data[0]  # the torch-side factory path is not published
+
+
+def test_anonymous_cannot_read_the_catalog(client_for):
+    assert client_for(None).get("/api/workloads/").status_code == 401

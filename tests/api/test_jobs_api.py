@@ -34,9 +34,10 @@ def test_it_rejects_viewer_submit(personas, client_for, row_counts):
     assert row_counts() == before
 
 
-def test_it_rejects_outsider_submit_to_another_tenant(personas, client_for, row_counts):
+@pytest.mark.parametrize("who", ["outsider", "staff"])
+def test_it_rejects_non_member_submit_to_a_tenant(personas, client_for, row_counts, who):
     before = row_counts()
-    r = client_for(personas.outsider).post("/api/jobs/", SPEC, format="json")
+    r = client_for(getattr(personas, who)).post("/api/jobs/", SPEC, format="json")
     assert r.status_code == 400 and "tenant" in r.data
     assert row_counts() == before
 
@@ -161,8 +162,8 @@ def test_cancelling_a_finished_job_is_a_conflict(personas, owners_job, client_fo
     assert Event.objects.count() == events
 
 
-@pytest.mark.parametrize("who,status", [("owner", 200), ("teammate", 200), ("viewer", 200), ("outsider", 404),
-                                        ("staff", 200)])
+@pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
+                                        ("outsider", 404), ("staff", 200)])
 def test_job_events_by_persona(personas, owners_job, client_for, who, status):
     owners_job.transition("profiling", reason="estimate on CPU")
     r = client_for(getattr(personas, who)).get(f"/api/jobs/{owners_job.pk}/events/")

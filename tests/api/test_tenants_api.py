@@ -7,7 +7,8 @@ from zico.tenants.models import Membership, Tenant
 GIB = 1 << 30
 
 
-@pytest.mark.parametrize("who,slugs", [("owner", ["acme"]), ("teammate", ["acme"]), ("viewer", ["acme"]),
+@pytest.mark.parametrize("who,slugs", [("owner", ["acme"]), ("admin", ["acme"]), ("teammate", ["acme"]),
+                                       ("viewer", ["acme"]),
                                        ("outsider", ["rival"]), ("staff", ["acme", "rival"])])
 def test_list_shows_the_callers_tenants(personas, client_for, who, slugs):
     r = client_for(getattr(personas, who)).get("/api/tenants/")
@@ -41,8 +42,8 @@ def test_settings_change_by_persona(personas, client_for, row_counts, who, statu
         assert row_counts() == before
 
 
-@pytest.mark.parametrize("who,status", [("owner", 403), ("admin", 403), ("teammate", 403), ("outsider", 404),
-                                        ("staff", 200)])
+@pytest.mark.parametrize("who,status", [("owner", 403), ("admin", 403), ("teammate", 403), ("viewer", 403),
+                                        ("outsider", 404), ("staff", 200)])
 def test_only_staff_set_quotas(personas, client_for, who, status):
     r = client_for(getattr(personas, who)).patch("/api/tenants/acme/",
                                                  {"max_running_jobs": 9, "max_total_budget_bytes": 40 * GIB,
@@ -67,7 +68,8 @@ def test_bad_tenant_values_are_400_and_change_nothing(personas, client_for, row_
     assert (t.name, t.max_running_jobs, t.max_total_budget_bytes) == ("Acme", 4, None)
 
 
-@pytest.mark.parametrize("who,status", [("owner", 200), ("teammate", 200), ("viewer", 200), ("outsider", 404)])
+@pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
+                                        ("outsider", 404), ("staff", 200)])
 def test_members_list_by_persona(personas, client_for, who, status):
     r = client_for(getattr(personas, who)).get("/api/tenants/acme/members/")
     assert r.status_code == status
@@ -79,7 +81,7 @@ def test_members_list_by_persona(personas, client_for, who, status):
 
 
 @pytest.mark.parametrize("who,status", [("owner", 201), ("admin", 201), ("teammate", 403), ("viewer", 403),
-                                        ("outsider", 404)])
+                                        ("outsider", 404), ("staff", 403)])
 def test_adding_a_member_by_persona(personas, client_for, who, status):
     newcomer = type(personas.owner).objects.create_user("newcomer")
     r = client_for(getattr(personas, who)).post("/api/tenants/acme/members/",
@@ -109,7 +111,7 @@ def test_bad_member_additions_are_400_and_store_nothing(personas, client_for, ro
 
 
 @pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 403), ("viewer", 403),
-                                        ("outsider", 404)])
+                                        ("outsider", 404), ("staff", 403)])
 def test_role_change_by_persona(personas, client_for, who, status):
     r = client_for(getattr(personas, who)).patch("/api/tenants/acme/members/viewer/", {"role": "member"},
                                                  format="json")
@@ -129,7 +131,8 @@ def test_the_last_owner_cannot_be_demoted_or_removed_through_the_api(personas, c
     assert row_counts() == before
 
 
-@pytest.mark.parametrize("who,status", [("owner", 204), ("admin", 204), ("teammate", 403), ("outsider", 404)])
+@pytest.mark.parametrize("who,status", [("owner", 204), ("admin", 204), ("teammate", 403), ("viewer", 403),
+                                        ("outsider", 404), ("staff", 403)])
 def test_removing_a_member_by_persona(personas, client_for, who, status):
     r = client_for(getattr(personas, who)).delete("/api/tenants/acme/members/viewer/")
     assert r.status_code == status
@@ -142,8 +145,8 @@ def test_an_admin_cannot_remove_an_owner_and_an_unknown_member_is_404(personas, 
     assert c.patch("/api/tenants/acme/members/outsider/", {"role": "member"}, format="json").status_code == 404
 
 
-@pytest.mark.parametrize("who,status", [("owner", 200), ("teammate", 200), ("viewer", 200), ("outsider", 404),
-                                        ("staff", 200)])
+@pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
+                                        ("outsider", 404), ("staff", 200)])
 def test_tenant_events_by_persona(personas, client_for, who, status):
     personas.tenant.change(actor=personas.staff, max_running_jobs=2)
     personas.other_tenant.change(actor=personas.staff, max_running_jobs=3)

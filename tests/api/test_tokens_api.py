@@ -81,3 +81,13 @@ def test_a_token_needs_a_name(personas, client_for, row_counts, name):
     r = client_for(personas.owner).post("/api/tokens/", {"name": name}, format="json")
     assert r.status_code == 400 and "name" in r.data
     assert row_counts() == before
+
+
+@pytest.mark.parametrize("who", ["owner", "admin", "teammate", "viewer", "outsider", "staff"])
+def test_every_persona_manages_only_their_own_tokens(personas, client_for, who):
+    user = getattr(personas, who)
+    c = client_for(user)
+    r = c.post("/api/tokens/", {"name": f"{who}-cli"}, format="json")
+    assert r.status_code == 201
+    assert [t["name"] for t in c.get("/api/tokens/").data["results"]] == [f"{who}-cli"]
+    assert bearer(r.data["token"]).get("/api/tokens/").data["results"][0]["id"] == r.data["id"]
