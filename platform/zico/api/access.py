@@ -17,6 +17,12 @@ def require_role(tenant: Tenant, user, at_least: str, action: str) -> None:
         raise exceptions.PermissionDenied(f"{action} needs role {at_least} or higher in {tenant.slug}")
 
 
+def require_manager(tenant: Tenant, user, at_least: str, action: str) -> None:
+    """Like :func:`require_role`, but cluster staff (tenant-independent admins) always pass."""
+    if not is_cluster_admin(user):
+        require_role(tenant, user, at_least, action)
+
+
 def is_cluster_admin(user) -> bool:
     """Tenant-independent administrators: Django staff or superusers."""
     return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))

@@ -6,7 +6,8 @@ Who may change what:
   tenant's share of the cluster, so the tenant cannot raise its own;
 * members — admins add/remove members, admins and viewers; only owners grant, change or remove
   the owner role; the last owner cannot be demoted or removed.
-Staff see every tenant (to set quotas); everyone else sees only tenants they belong to.
+Cluster staff are tenant-independent admins: they see every tenant and may do all of the above
+(as the web pages allow); everyone else sees only tenants they belong to.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rest_framework.response import Response
 from zico.jobs.transitions import ON_DEVICE
 from zico.tenants.models import QUOTA_FIELDS, SETTINGS_FIELDS, Membership, Role, RoleError, Tenant
 
-from .access import field_error, is_cluster_admin, require_role
+from .access import field_error, is_cluster_admin, require_manager
 from .events import EventSerializer, paginated_events
 
 
@@ -76,8 +77,8 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         changes = {k: v for k, v in body.validated_data.items() if k in QUOTA_FIELDS + SETTINGS_FIELDS}
         if any(k in QUOTA_FIELDS for k in changes) and not is_cluster_admin(request.user):
             raise exceptions.PermissionDenied("quotas are set by cluster administrators (staff)")
-        if any(k in SETTINGS_FIELDS for k in changes) and not is_cluster_admin(request.user):
-            require_role(tenant, request.user, Role.ADMIN, "changing tenant settings")
+        if any(k in SETTINGS_FIELDS for k in changes):
+            require_manager(tenant, request.user, Role.ADMIN, "changing tenant settings")
         try:
             tenant.change(actor=request.user, **changes)
         except DjangoValidationError as exc:
@@ -93,12 +94,12 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         if request.method == "GET":
             qs = tenant.memberships.select_related("user").order_by("user__username")
             return Response(MemberSerializer(qs, many=True).data)
-        require_role(tenant, request.user, Role.ADMIN, "adding members")
+        require_manager(tenant, request.user, Role.ADMIN, "adding members")
         body = MemberSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         role = body.validated_data["role"]
         if role == Role.OWNER:
-            require_role(tenant, request.user, Role.OWNER, "granting the owner role")
+            require_manager(tenant, request.user, Role.OWNER, "granting the owner role")
         username = body.validated_data["user"]["username"]
         user = get_user_model().objects.filter(username=username, is_active=True).first()
         if user is None:
@@ -115,21 +116,21 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def member(self, request, slug=None, username=None):
         """PATCH {role}: change a role. DELETE: remove the member. Admins; anything touching owners: owners."""
         tenant = self.get_object()
-        require_role(tenant, request.user, Role.ADMIN, "managing members")
+        require_manager(tenant, request.user, Role.ADMIN, "managing members")
         m = tenant.memberships.select_related("user").filter(user__username=username).first()
         if m is None:
             raise exceptions.NotFound(f"{username!r} is not a member of {tenant.slug}")
         try:
             if request.method == "DELETE":
                 if m.role == Role.OWNER:
-                    require_role(tenant, request.user, Role.OWNER, "removing an owner")
+                    require_manager(tenant, request.user, Role.OWNER, "removing an owner")
                 m.remove(actor=request.user)
                 return Response(status=status.HTTP_204_NO_CONTENT)
             body = RoleSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             new = body.validated_data["role"]
             if Role.OWNER in (m.role, new):
-                require_role(tenant, request.user, Role.OWNER, "granting or changing the owner role")
+                require_manager(tenant, request.user, Role.OWNER, "granting or changing the owner role")
             m.set_role(new, actor=request.user)
         except RoleError as exc:
             raise field_error(exc.field, str(exc)) from exc
