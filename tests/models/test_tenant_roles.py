@@ -69,3 +69,21 @@ def test_a_negative_quota_is_refused_and_not_saved(personas):
     assert t.max_total_budget_bytes is None
     with pytest.raises(ValueError, match="slug"):
         t.change(slug="renamed")
+
+
+def test_set_role_judges_by_the_current_role_not_a_stale_copy(personas):
+    stale = Membership.objects.get(tenant=personas.tenant, user=personas.teammate)
+    Membership.objects.get(pk=stale.pk).set_role("owner")
+    stale.set_role("member")  # the stale copy still says member; the row says owner
+    assert personas.tenant.role_of(personas.teammate) == "member"
+    assert Event.objects.filter(kind="role_change", details__old_role="owner", details__new_role="member").exists()
+
+
+def test_a_stale_copy_cannot_remove_the_last_owner(personas):
+    personas.tenant.memberships.get(user=personas.admin).set_role("owner")
+    first = Membership.objects.get(tenant=personas.tenant, user=personas.owner)
+    second_stale = Membership.objects.get(tenant=personas.tenant, user=personas.admin)
+    first.remove()
+    with pytest.raises(RoleError, match="last owner"):
+        second_stale.remove()
+    assert personas.tenant.owner_count() == 1

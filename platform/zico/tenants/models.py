@@ -19,7 +19,7 @@ import secrets
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 
@@ -138,9 +138,14 @@ class Tenant(models.Model):
         from zico.jobs.models import Event
 
         role = _check_role(role)
+        taken = RoleError("user", f"{user.get_username()} is already a member of {self.slug}")
         if self.memberships.filter(user=user).exists():
-            raise RoleError("user", f"{user.get_username()} is already a member of {self.slug}")
-        m = Membership.objects.create(tenant=self, user=user, role=role)
+            raise taken
+        try:
+            with transaction.atomic():  # a concurrent add of the same user loses on the unique constraint
+                m = Membership.objects.create(tenant=self, user=user, role=role)
+        except IntegrityError:
+            raise taken from None
         Event.record(Event.Kind.ROLE_CHANGE, tenant=self, actor=actor,
                      user=user.get_username(), old_role=None, new_role=role)
         return m
@@ -181,12 +186,15 @@ class Membership(models.Model):
         from zico.jobs.models import Event
 
         role = _check_role(role)
-        old = self.role
+        # Lock the tenant's memberships so two concurrent demotions cannot both pass the check,
+        # and judge by the roles as they are now, not as this object last saw them.
+        locked = {m.pk: m.role for m in Membership.objects.select_for_update().filter(tenant_id=self.tenant_id)}
+        if self.pk not in locked:
+            raise RoleError("user", f"{self.user.get_username()} is no longer a member of {self.tenant.slug}")
+        old = self.role = locked[self.pk]
         if old == role:
             return
-        # Lock the tenant's memberships so two concurrent demotions cannot both pass the check.
-        list(Membership.objects.select_for_update().filter(tenant_id=self.tenant_id))
-        if old == Role.OWNER and self.tenant.owner_count() <= 1:
+        if old == Role.OWNER and list(locked.values()).count(Role.OWNER) <= 1:
             raise RoleError("role", f"{self.user.get_username()} is the last owner of {self.tenant.slug}")
         self.role = role
         self.save(update_fields=["role"])
@@ -198,8 +206,11 @@ class Membership(models.Model):
         """Remove the member; records a role_change Event (new_role None). Raises RoleError for the last owner."""
         from zico.jobs.models import Event
 
-        list(Membership.objects.select_for_update().filter(tenant_id=self.tenant_id))
-        if self.role == Role.OWNER and self.tenant.owner_count() <= 1:
+        locked = {m.pk: m.role for m in Membership.objects.select_for_update().filter(tenant_id=self.tenant_id)}
+        if self.pk not in locked:
+            return  # already removed
+        self.role = locked[self.pk]
+        if self.role == Role.OWNER and list(locked.values()).count(Role.OWNER) <= 1:
             raise RoleError("user", f"{self.user.get_username()} is the last owner of {self.tenant.slug}")
         Event.record(Event.Kind.ROLE_CHANGE, tenant=self.tenant, actor=actor,
                      user=self.user.get_username(), old_role=self.role, new_role=None)
