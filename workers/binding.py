@@ -35,9 +35,10 @@ def install(kind: str, index: int, total_bytes: int, budget_bytes: int):
 
     if kind == "gpu":
         zico_allocator.install_cuda(index)
+        zico_allocator.set_budget(int(budget_bytes), device=index)
     else:
         zico_allocator.install_cpu(total_bytes)
-    zico_allocator.set_budget(int(budget_bytes))
+        zico_allocator.set_budget(int(budget_bytes), device="cpu")
     INSTALLED_IN_PID = os.getpid()
     log.info("shared allocator installed in pid %d for %s %d (budget %d bytes)", INSTALLED_IN_PID, kind, index,
              budget_bytes)

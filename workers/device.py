@@ -85,6 +85,11 @@ class DeviceRuntime:
         return self.config.device
 
     @property
+    def alloc_device(self):
+        """The device argument of zico_allocator calls: the GPU index, or ``"cpu"`` for the host pool."""
+        return self.config.index if self.config.kind == "gpu" else "cpu"
+
+    @property
     def torch_device(self) -> str:
         return f"cuda:{self.config.index}" if self.config.kind == "gpu" else "cpu"
 
@@ -107,7 +112,7 @@ class DeviceRuntime:
         if budget_bytes == self.budget_bytes:
             return
         log.info("device %s: budget %d -> %d bytes", self.device, self.budget_bytes, budget_bytes)
-        self.allocator.set_budget(int(budget_bytes))
+        self.allocator.set_budget(int(budget_bytes), device=self.alloc_device)
         if self.coordinator is not None and hasattr(self.coordinator, "set_budget"):
             self.coordinator.set_budget(int(budget_bytes))
         self.budget_bytes = int(budget_bytes)

@@ -28,11 +28,11 @@ def collect_samples(rt: DeviceRuntime, now: float) -> list[dict[str, Any]]:
     """One sample per running job and one for the device, from the allocator's memory_stats (bytes)."""
     samples = []
     for js in rt.jobs():
-        st = rt.allocator.memory_stats(job=js.job_id)
+        st = rt.allocator.memory_stats(job=js.job_id, device=rt.alloc_device)
         samples.append({"job": js.job_id, "device": rt.device, "t": now,
                         "allocated": int(st.get(ALLOCATED, 0)), "reserved": int(st.get(RESERVED, 0)),
                         "iteration": js.iteration, "iterations": js.iterations, "phase": js.phase})
-    st = rt.allocator.memory_stats()
+    st = rt.allocator.memory_stats(device=rt.alloc_device)
     used = gpu_used_bytes(rt.config.index) if rt.config.kind == "gpu" else process_rss_bytes()
     samples.append({"job": None, "device": rt.device, "t": now,
                     "allocated": int(st.get(ALLOCATED, 0)), "reserved": int(st.get(RESERVED, 0)),

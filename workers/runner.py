@@ -104,7 +104,7 @@ class RunMarks:
 
 def _stats(rt: DeviceRuntime, job_id: int) -> dict[str, int]:
     try:
-        st = rt.allocator.memory_stats(job=job_id)
+        st = rt.allocator.memory_stats(job=job_id, device=rt.alloc_device)
     except Exception:  # stats are best effort at the end of a run
         return {}
     return {"peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
@@ -114,7 +114,7 @@ def _stats(rt: DeviceRuntime, job_id: int) -> dict[str, int]:
 def _oom_reason(rt: DeviceRuntime) -> str:
     last_oom = getattr(rt.allocator, "last_oom", None)
     try:
-        info = last_oom() if last_oom else None
+        info = last_oom(device=rt.alloc_device) if last_oom else None
     except Exception:
         info = None
     return f" (allocator: {info})" if info else ""
@@ -154,11 +154,16 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
 
 
 def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setup: float) -> dict[str, Any]:
+    from workers.workloads.catalog import validate_params
+    from workers.workloads.models import preload_data
     from workers.workloads.training import create_training_job
 
     from .binding import job_context
 
     link, job_id = rt.link, spec.job
+    # Data sets stay on the host, loaded once per process and outside the binding: the job is charged with
+    # what its training allocates, as in its profile (workers.curves.capture).
+    preload_data(validate_params(spec.workload, spec.params), rt.config.data_dir)
     with job_context(rt, job_id):
         job = create_training_job(spec.workload, spec.params, device=rt.torch_device, data_dir=rt.config.data_dir)
         state.iterations = job.iterations
@@ -204,8 +209,8 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
                 next_ckpt = time.monotonic() + rt.config.checkpoint_every_s
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
-                link.emit("job_progress", job=job_id, placement=spec.placement, iteration=i + 1,
-                          iterations=job.iterations, **job.metrics())
+                link.emit("job_progress", **{**job.metrics(), "job": job_id, "placement": spec.placement,
+                                             "iteration": i + 1, "iterations": job.iterations})
                 if pending_delay >= DELAY_REPORT_MIN_S:
                     link.emit("job_delay", job=job_id, placement=spec.placement, iteration=i,
                               delay_s=round(pending_delay, 4), reason="coordinator gate (time shift)")

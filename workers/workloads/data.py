@@ -1,11 +1,12 @@
 """Training data for the catalog workloads: digits images, a byte-level text corpus, synthetic inputs.
 
 Every batch is a pure function of (seed, iteration), so a job resumed from a checkpoint sees the
-same data order, and an estimate sees the same shapes as the real run. Batches are built on the
+same data order. Batches are built with shape-static tensor ops only (no ``.tolist()``, no boolean
+indexing), so the fake-tensor estimate runs the very same code and sees the same allocations. Batches are built on the
 CPU; the training job moves them to its device.
 
 - Images: scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes), resized with
-  bilinear interpolation to ``image_size`` and repeated to 3 channels for the ResNets.
+  bilinear interpolation to ``image_size`` batch by batch and repeated to 3 channels for the ResNets.
 - Text: the bytes of a UTF-8 text file (token id = byte value, 0..255), random windows of
   ``seq_len`` tokens. Masked LM follows BERT's recipe (Devlin et al. 2019, sec. 3.1): 15 % of
   positions are predicted; of those 80 % become the mask token, 10 % a random byte, 10 % stay.
@@ -24,22 +25,28 @@ MASK_TOKEN = 256  # first id after the 256 byte values
 BYTE_VOCAB = 256
 
 
+def _real_tensors():
+    """Context in which tensors are real even inside the estimate's FakeTensorMode, so cached
+    datasets are real data that later real runs in the same process can use."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
 def _generator(seed: int, iteration: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + iteration)
 
 
-@lru_cache(maxsize=8)
-def digits_images(image_size: int, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """All digits images resized: X shape (1797, channels, image_size, image_size) float32,
-    standardised to mean 0 and unit variance; y shape (1797,) int64 in 0..9."""
+@lru_cache(maxsize=1)
+def digits_images() -> tuple[torch.Tensor, torch.Tensor]:
+    """All digits images, standardised to mean 0 and unit variance: X shape (1797, 1, 8, 8)
+    float32, y shape (1797,) int64 in 0..9 (about 470 KB; batches are resized on the fly)."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    if image_size != 8:
-        x = torch.nn.functional.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
-    x = (x - x.mean()) / x.std()
-    return x.expand(-1, channels, -1, -1).contiguous(), torch.tensor(d.target, dtype=torch.int64)
+    with _real_tensors():
+        x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1)
+        return (x - x.mean()) / x.std(), torch.tensor(d.target, dtype=torch.int64)
 
 
 def image_batches(params: dict, channels: int, classes: int = 10) -> Callable[[int], Batch]:
@@ -51,12 +58,15 @@ def image_batches(params: dict, channels: int, classes: int = 10) -> Callable[[i
             return {"pixel_values": torch.randn(bs, channels, size, size, generator=g),
                     "labels": torch.randint(0, classes, (bs,), generator=g)}
         return synthetic
-    x, y = digits_images(size, channels)
+    x, y = digits_images()
 
     def real(i: int) -> Batch:
         idx = torch.randint(0, len(y), (bs,), generator=_generator(seed, i)) if bs > len(y) else \
             torch.randperm(len(y), generator=_generator(seed, i))[:bs]
-        return {"pixel_values": x[idx], "labels": y[idx]}
+        images = x[idx]
+        if size != 8:
+            images = torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+        return {"pixel_values": images.expand(-1, channels, -1, -1).contiguous(), "labels": y[idx]}
     return real
 
 
@@ -66,7 +76,8 @@ def corpus_tokens(path: str) -> torch.Tensor:
     data = Path(path).read_bytes()
     if len(data) < 1024:
         raise ValueError(f"corpus {path}: only {len(data)} bytes; need at least 1024")
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    with _real_tensors():
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def token_batches(params: dict, corpus_path: Path | None, masked: bool, vocab: int) -> Callable[[int], Batch]:
@@ -85,17 +96,27 @@ def token_batches(params: dict, corpus_path: Path | None, masked: bool, vocab: i
         if tokens is None:
             ids = torch.randint(0, BYTE_VOCAB, (bs, seq), generator=g)
         else:
-            starts = torch.randint(0, len(tokens) - seq, (bs,), generator=g)
-            ids = torch.stack([tokens[s:s + seq] for s in starts.tolist()]).long()
+            starts = torch.randint(0, len(tokens) - seq, (bs, 1), generator=g)
+            ids = tokens[starts + torch.arange(seq)].long()  # (B, T) windows; no data-dependent shapes
         if not masked:
             return {"input_ids": ids, "labels": ids.clone()}
         r = torch.rand(bs, seq, generator=g)
         chosen = r < 0.15
         labels = torch.where(chosen, ids, torch.full_like(ids, -100))
-        inputs = ids.clone()
-        inputs[chosen & (r < 0.12)] = MASK_TOKEN
+        inputs = torch.where(r < 0.12, torch.full_like(ids, MASK_TOKEN), ids)
         swap = chosen & (r >= 0.12) & (r < 0.135)
-        inputs[swap] = torch.randint(0, BYTE_VOCAB, (int(swap.sum()),), generator=g)
+        inputs = torch.where(swap, torch.randint(0, BYTE_VOCAB, (bs, seq), generator=g), inputs)
         return {"input_ids": inputs, "labels": labels}
     assert vocab > MASK_TOKEN
     return make
+
+
+def preload(params: dict, corpus_path: Path | None) -> None:
+    """Load the cached datasets a workload's batches read (digits images, corpus bytes) now, so a
+    profiling run can do it before binding the job to the allocator."""
+    if params.get("data") != "real":
+        return
+    if "image_size" in params:
+        digits_images()
+    if corpus_path is not None:
+        corpus_tokens(str(corpus_path))

@@ -50,6 +50,11 @@ def _lm_loss(model: nn.Module, batch: data.Batch):
     return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss, {}
 
 
+def preload_data(params: dict, data_dir: str | Path | None) -> None:
+    """Load (and cache) the workload's dataset before the job is built; see ``data.preload``."""
+    data.preload(params, _corpus_path(params, data_dir) if "corpus" in params else None)
+
+
 def _corpus_path(params: dict, data_dir: str | Path | None) -> Path | None:
     if params["data"] == "synthetic":
         return None

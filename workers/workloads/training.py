@@ -64,11 +64,16 @@ def build_parts(key: str, params: dict[str, Any] | None, data_dir: str | Path | 
     return workload, params, load_builder(workload)(params, data_dir)
 
 
-def make_optimizer(params: dict[str, Any], model: torch.nn.Module) -> torch.optim.Optimizer:
-    """SGD with momentum 0.9, or AdamW (weight decay 0.01), at ``params["lr"]``."""
+def make_optimizer(params: dict[str, Any], model: torch.nn.Module, foreach: bool | None = None
+                   ) -> torch.optim.Optimizer:
+    """SGD with momentum 0.9, or AdamW (weight decay 0.01), at ``params["lr"]``.
+
+    ``foreach=None`` lets PyTorch choose (the multi-tensor implementation on CUDA, the
+    per-parameter loop on CPU); the estimate for a CUDA target forces True.
+    """
     if params["optimizer"] == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=0.9)
-    return torch.optim.AdamW(model.parameters(), lr=params["lr"], weight_decay=0.01)
+        return torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=0.9, foreach=foreach)
+    return torch.optim.AdamW(model.parameters(), lr=params["lr"], weight_decay=0.01, foreach=foreach)
 
 
 def autocast_for(params: dict[str, Any], device: torch.device):
@@ -78,16 +83,26 @@ def autocast_for(params: dict[str, Any], device: torch.device):
     return contextlib.nullcontext()
 
 
+def _to_device(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model.to(device)`` unless every parameter and buffer is there already (the fake-tensor
+    estimate builds the model on its target device, and swapping fake tensors is refused)."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    if all(t.device == device for t in tensors):
+        return model
+    return model.to(device)
+
+
 class TrainingJob:
     """A catalog workload being trained on one device. Not thread-safe; one thread drives it."""
 
-    def __init__(self, workload: Workload, params: dict[str, Any], parts: WorkloadParts, device: str):
+    def __init__(self, workload: Workload, params: dict[str, Any], parts: WorkloadParts, device: str,
+                 optimizer_foreach: bool | None = None):
         self.workload = workload
         self.params = params
         self.device = torch.device(device)
-        self.model = parts.model.to(self.device).train()
+        self.model = _to_device(parts.model, self.device).train()
         self.parts = parts
-        self.optimizer = make_optimizer(params, self.model)
+        self.optimizer = make_optimizer(params, self.model, optimizer_foreach)
         self.iterations: int = params["iterations"]
         self.iterations_done = 0
         self._losses: deque[float] = deque(maxlen=20)
@@ -107,9 +122,14 @@ class TrainingJob:
         marks.phase("optimizer")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        value = float(loss.detach())
-        del loss
+        value = self._record(i, loss.detach(), stats)
+        del loss, stats
         marks.iteration_end(i)
+        return value
+
+    def _record(self, i: int, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> float:
+        """Read the loss and batch accuracy back (a device sync); the estimate overrides this."""
+        value = float(loss)
         if not math.isfinite(value):
             raise FloatingPointError(f"iteration {i}: loss is {value}")
         self.iterations_done = i + 1

@@ -1,0 +1,143 @@
+"""A device worker started the documented way (``python -m workers.bootstrap``) runs real training jobs.
+
+Each test module talks to its own private Redis (restartable) through a Celery client app, and reads what
+the worker sent to the web side from the Redis streams — the worker never touches the database.
+"""
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from workers.testing import RedisServer, start_worker, stop_process
+from zico.telemetry import keys
+
+HOST = f"wt{uuid.uuid4().hex[:6]}"
+QUEUE = f"cpu.{HOST}"
+DEV = f"cpu.{HOST}.0"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with RedisServer() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def worker(server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("worker")
+    env = {"REDIS_URL": server.url, "CELERY_BROKER_URL": server.url, "CELERY_RESULT_BACKEND": server.url,
+           "ZICO_HOST": HOST, "ZICO_CHECKPOINT_DIR": str(tmp / "ckpt"), "ZICO_DATA_DIR": str(tmp / "data"),
+           "DJANGO_SETTINGS_MODULE": "zico.test_settings"}
+    proc = start_worker(["--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING"], env,
+                        tmp / "worker.log")
+    yield proc, tmp
+    stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    app = Celery("test-client", broker=server.url, backend=server.url)
+    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
+    return app
+
+
+def control(server):
+    r = redis.Redis(port=server.port)
+    return [json.loads(f[b"data"]) for _, f in r.xrange(keys.CONTROL_STREAM)]
+
+
+def samples(server):
+    r = redis.Redis(port=server.port)
+    return [json.loads(f[b"data"]) for _, f in r.xrange(keys.TELEMETRY_STREAM)]
+
+
+def run(client, job_id, workload, params, placement=1):
+    return client.send_task("zico.device.run_job", args=[job_id, {"workload": workload, "params": params,
+                                                                  "placement": placement}], queue=QUEUE)
+
+
+def test_tasks_run_in_the_worker_process_that_installed_the_allocator_and_nothing_forks(worker, client):
+    proc, _ = worker
+    facts = client.send_task("zico.device.describe", queue=QUEUE).get(timeout=180)
+    assert facts["pid"] == proc.pid == facts["allocator_pid"] == facts["runtime_pid"]
+    assert facts["thread"] != "MainThread"  # a threads-pool thread of that process
+    assert facts["cuda_initialized"] in (False, None)
+    children = [p for p in os.listdir("/proc") if p.isdigit()
+                and Path(f"/proc/{p}/stat").exists()
+                and _ppid(p) == proc.pid]
+    assert children == []  # no forked pool processes
+
+
+def _ppid(pid: str) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_it_registers_its_device_and_heartbeats(worker, server):
+    r = redis.Redis(port=server.port)
+    up = [m for m in control(server) if m["msg"] == "worker_up"]
+    assert up and up[-1]["device"] == DEV and up[-1]["total_bytes"] == 2 << 30 and up[-1]["slots"] == 2
+    beat1 = r.get(keys.heartbeat_key(DEV))
+    time.sleep(1.5)
+    assert r.get(keys.heartbeat_key(DEV)) != beat1 and r.ttl(keys.heartbeat_key(DEV)) > 0
+
+
+def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(worker, client, server):
+    a = run(client, 11, "digits-cnn", {"iterations": 40})
+    b = run(client, 12, "tiny-lm", {"iterations": 25})
+    out_a, out_b = a.get(timeout=300), b.get(timeout=300)
+    assert out_a["status"] == "succeeded" and out_b["status"] == "succeeded", (out_a, out_b)
+    assert out_a["metrics"]["train_accuracy"] > 0.3 and out_a["metrics"]["peak_allocated_bytes"] > 0
+    assert out_b["metrics"]["loss"] < 5.6  # below ln(256): the byte-level LM learned something
+    got = samples(server)
+    for job in (11, 12):
+        ts = sorted(s["t"] for s in got if s["job"] == job and s["phase"] not in ("setup",))
+        assert len(ts) >= 5
+        assert (len(ts) - 1) / (ts[-1] - ts[0]) >= 4.0
+    both = [s for s in got if s["job"] is None and set(s["jobs"]) == {11, 12}]
+    assert both, "the two jobs were never on the device at the same time"
+    msgs = [m["msg"] for m in control(server) if m.get("job") in (11, 12)]
+    assert msgs.count("job_started") == 2 and msgs.count("job_finished") == 2
+
+
+def test_a_finished_run_delivered_again_is_not_run_twice(worker, client, server):
+    again = run(client, 11, "digits-cnn", {"iterations": 40}).get(timeout=120)
+    assert again["status"] == "succeeded"
+    starts = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 11]
+    assert len(starts) == 1
+
+
+def test_a_cancel_request_stops_the_job_within_an_iteration(worker, client, server):
+    res = run(client, 21, "tiny-lm", {"iterations": 100000})
+    r = redis.Redis(port=server.port)
+    deadline = time.monotonic() + 120
+    while not any(s["job"] == 21 and s["iteration"] >= 2 for s in samples(server)[-20:]):
+        assert time.monotonic() < deadline, "job 21 never started iterating"
+        time.sleep(0.2)
+    keys.request_cancel(r, 21)
+    t0 = time.monotonic()
+    out = res.get(timeout=60)
+    assert out["status"] == "cancelled"
+    assert time.monotonic() - t0 < 5.0
+    assert out["metrics"]["iterations_done"] < 100000
+
+
+def test_a_training_error_ends_the_job_failed_with_its_message(worker, client):
+    out = run(client, 31, "tiny-lm", {"iterations": 3, "corpus": "missing/nothing.txt"}).get(timeout=120)
+    assert out["status"] == "failed"
+    assert "corpus" in out["reason"]
+
+
+def test_a_malformed_spec_is_refused_and_reported(worker, client, server):
+    res = client.send_task("zico.device.run_job", args=[41, {"params": {}}], queue=QUEUE)
+    with pytest.raises(Exception, match="workload"):
+        res.get(timeout=60)
+    fin = [m for m in control(server) if m["msg"] == "job_finished" and m["job"] == 41]
+    assert fin and fin[0]["status"] == "failed" and "workload" in fin[0]["reason"]

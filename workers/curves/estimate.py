@@ -1,0 +1,199 @@
+"""Estimate a workload's memory curve on the CPU with fake tensors: no real memory, no GPU.
+
+The training job runs unchanged (same model, data and loop code) under PyTorch's
+``FakeTensorMode`` (tensors carry shape, dtype and device but no data), with a dispatch mode on
+top that sees every operator's outputs. Each new storage is an allocation of its ``nbytes``
+rounded up to the allocator's block size; a weakref finalizer records the free when the last
+tensor viewing the storage dies, exactly when a real allocator would get it back. Time is a
+modelled clock (:mod:`workers.curves.costs`), so the curve has the same time axis as a real
+trace. The records go through the same ``trace_curve`` as an allocator trace.
+
+Note [Estimate versus a CUDA run]
+The estimate follows the code paths PyTorch takes for the *fake* device. Known differences
+for a CUDA target (see docs/curves.md): scaled-dot-product attention picks flash or
+memory-efficient kernels on CUDA (no materialised attention matrix) but the math kernel in
+the estimate; cuBLAS and cuDNN workspaces and the CUDA context (hundreds of MiB, outside the
+allocator) are not seen; ``torch.optim`` defaults to the foreach implementation on CUDA, whose
+temporaries are included only when the fake device is CUDA. ``correction`` scales or offsets
+the result per workload to absorb such differences once measured.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from placement.curves import MemoryCurve
+from workers.curves.costs import DeviceCost, cost_for
+from workers.curves.trace import Trace, trace_curve
+from workers.workloads.training import TrainingJob, build_parts
+
+# PyTorch's CUDA caching allocator rounds every request up to 512 bytes (kMinBlockSize).
+DEFAULT_ROUND_BYTES = 512
+
+
+def round_up(n: int, to: int) -> int:
+    """``n`` rounded up to a multiple of ``to`` (bytes); 0 stays 0."""
+    return -(-n // to) * to if to > 1 else n
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Per-workload adjustment of an estimate: ``bytes' = scale * bytes + offset_bytes``.
+
+    Measured once per (workload, device kind) from a real trace; see docs/curves.md.
+    """
+
+    scale: float = 1.0
+    offset_bytes: float = 0.0
+
+    def apply(self, curve: MemoryCurve) -> MemoryCurve:
+        if self.scale <= 0:
+            raise ValueError(f"correction scale must be positive, got {self.scale}")
+        return MemoryCurve(curve.fractions, np.maximum(curve.bytes * self.scale + self.offset_bytes, 0),
+                           curve.iteration_s, max(curve.persistent_bytes * self.scale + self.offset_bytes, 0),
+                           curve.source, curve.device, {**curve.meta, "correction": vars(self)})
+
+
+class MemoryRecorder(TorchDispatchMode):
+    """Dispatch mode that logs storage allocations and frees against a modelled clock, and
+    receives the training job's iteration/phase marks (it satisfies the ``Marks`` protocol).
+
+    ``recording`` switches logging on (model building happens with it off).
+    """
+
+    def __init__(self, cost: DeviceCost, round_bytes: int = DEFAULT_ROUND_BYTES):
+        super().__init__()
+        self.cost = cost
+        self.round_bytes = round_bytes
+        self.clock = 0.0
+        self.recording = False
+        self.live: dict[int, int] = {}
+        self.times: list[float] = []
+        self.deltas: list[int] = []
+        self.marks: list[tuple[float, str, int, str | None]] = []
+        self._iteration = -1
+        self.ops = 0
+
+    # -- allocation tracking ---------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.recording:
+            return out
+        self.ops += 1
+        start = self.clock
+        self.clock += self.cost.op_seconds(func, args, kwargs, out)
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._track(t.untyped_storage(), start)
+        return out
+
+    def _track(self, storage: torch.UntypedStorage, at: float, record: bool = True) -> int:
+        """Start tracking ``storage`` unless tracked; return the bytes newly counted."""
+        key = id(storage)
+        if key in self.live:
+            return 0
+        nbytes = round_up(storage.nbytes(), self.round_bytes)
+        self.live[key] = nbytes
+        if record:
+            self.times.append(at)
+            self.deltas.append(nbytes)
+        weakref.finalize(storage, self._free, key)
+        return nbytes
+
+    def adopt(self, tensors) -> int:
+        """Count the storages behind ``tensors`` as already live (the model's parameters and
+        buffers, built before recording) without an allocation record; return their bytes.
+        In-place updates of them (the optimizer step) then allocate nothing, as on a real device."""
+        return sum(self._track(t.untyped_storage(), self.clock, record=False) for t in tensors)
+
+    def _free(self, key: int) -> None:
+        nbytes = self.live.pop(key, None)
+        if nbytes is not None and self.recording:
+            self.times.append(self.clock)
+            self.deltas.append(-nbytes)
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(self.live.values())
+
+    # -- marks --------------------------------------------------------------------------
+    # Each mark moves the clock on by 1 ns, so an allocation right after a mark is strictly
+    # later than it, as in a real trace (windows are (start, end]).
+    def _mark(self, kind: str, i: int, phase: str | None) -> None:
+        self.marks.append((self.clock, kind, i, phase))
+        self.clock += 1e-9
+
+    def iteration_start(self, i: int) -> None:
+        self._iteration = i
+        self._mark("iteration_start", i, None)
+
+    def phase(self, name: str) -> None:
+        self._mark("phase", self._iteration, name)
+
+    def iteration_end(self, i: int) -> None:
+        self._mark("iteration_end", i, None)
+
+    def trace(self, initial_bytes: float) -> Trace:
+        return Trace(np.asarray(self.times), np.asarray(self.deltas, dtype=np.float64), initial_bytes, self.marks)
+
+
+def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
+                   data_dir: str | Path | None = None, *, warmup: int = 1, steady: int = 2,
+                   round_bytes: int = DEFAULT_ROUND_BYTES, cost: DeviceCost | None = None,
+                   correction: Correction | None = None) -> MemoryCurve:
+    """Estimate the steady-state memory curve of catalog workload ``key`` on ``device``.
+
+    Runs ``warmup + steady`` iterations on fake tensors; persistent bytes start with the model's
+    parameters and buffers. ``device`` is the target (``"cpu"`` or ``"cuda[:N]"``; no GPU is
+    needed). Takes seconds even for GPT-2 small at batch 8 x 1024 (see docs/curve-accuracy.md).
+
+    Raises:
+        UnknownWorkload, ParamsError: bad key or params.
+        CurveError: the run produced no usable iteration.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    wall = time.perf_counter()
+    target = torch.device(device)
+    if target.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}")
+    # A CPU-only torch cannot make even fake CUDA tensors: then the fake device is the CPU and the
+    # CUDA target shows in the cost model, the rounding and the optimizer's foreach default.
+    fake_device = target if target.type == "cpu" or torch.backends.cuda.is_built() else torch.device("cpu")
+    cost = cost or cost_for(target)
+    recorder = MemoryRecorder(cost, round_bytes)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake, recorder:
+        with fake_device:  # parameters are created on the fake device directly
+            workload, params, parts = build_parts(key, params, data_dir)
+        job = _FakeTrainingJob(workload, params, parts, str(fake_device),
+                               optimizer_foreach=True if target.type == "cuda" else None)
+        initial = recorder.adopt(list(job.model.parameters()) + list(job.model.buffers()))
+        recorder.recording = True
+        for i in range(warmup + steady):
+            job.run_iteration(i, recorder)
+        recorder.recording = False
+    label = f"cuda:{target.index or 0}" if target.type == "cuda" else "cpu"
+    curve = trace_curve(recorder.trace(initial), warmup=warmup, source="estimate", device=label,
+                        meta={"workload": key, "params": params, "estimate_s": round(time.perf_counter() - wall, 3),
+                              "ops_per_iteration": recorder.ops // (warmup + steady), "cost_model": cost.name,
+                              "fake_device": str(fake_device),
+                              "torch": torch.__version__})
+    return correction.apply(curve) if correction else curve
+
+
+class _FakeTrainingJob(TrainingJob):
+    """A training job whose loss cannot be read back (fake tensors hold no data)."""
+
+    def _record(self, i: int, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> float:
+        self.iterations_done = i + 1
+        return float("nan")
