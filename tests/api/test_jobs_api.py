@@ -172,3 +172,51 @@ def test_job_events_by_persona(personas, owners_job, client_for, who, status):
         assert [(e["kind"], e["details"]["to"]) for e in r.data["results"]] == [("status_change", "profiling")]
     else:
         assert b"estimate on CPU" not in r.content
+
+
+@pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
+                                        ("outsider", 404), ("staff", 200)])
+def test_job_profile_by_persona(personas, owners_job, client_for, who, status):
+    from placement.curves import triangular_curve
+    from zico.jobs.models import MemoryProfile
+
+    c = client_for(getattr(personas, who))
+    assert c.get(f"/api/jobs/{owners_job.pk}/profile/").status_code == 404  # none yet (or not visible)
+    MemoryProfile.record(owners_job, triangular_curve(1e9, 3e9, iteration_s=0.5))
+    r = c.get(f"/api/jobs/{owners_job.pk}/profile/")
+    assert r.status_code == status
+    if status == 200:
+        assert r.data["peak_bytes"] == 3_000_000_000 and r.data["curve"]["version"] == 1
+        listed = c.get("/api/jobs/").data["results"][0]
+        assert listed["profile"]["peak_bytes"] == 3_000_000_000 and "curve" not in listed["profile"]
+    else:
+        assert b"3000000000" not in r.content
+
+
+def test_a_placed_job_names_its_device(personas, owners_job, devices, client_for):
+    from zico.cluster.models import Placement
+
+    c = client_for(personas.owner)
+    assert c.get(f"/api/jobs/{owners_job.pk}/").data["device"] is None
+    owners_job.transition("ready")
+    Placement.open(devices[1], [owners_job])
+    assert c.get(f"/api/jobs/{owners_job.pk}/").data["device"] == devices[1].pk
+    assert c.get("/api/jobs/").data["results"][0]["device"] == devices[1].pk
+
+
+def test_listing_costs_the_same_queries_for_one_job_or_many(personas, client_for):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    c = client_for(personas.owner)
+
+    def queries():
+        with CaptureQueriesContext(connection) as ctx:
+            assert c.get("/api/jobs/").status_code == 200
+        return len(ctx.captured_queries)
+
+    Job.objects.create(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn")
+    one = queries()
+    for _ in range(5):
+        Job.objects.create(tenant=personas.tenant, owner=personas.teammate, workload="digits-cnn")
+    assert queries() == one

@@ -1,12 +1,14 @@
 """Jobs API: list, retrieve, submit, cancel — scoped to the caller's tenants (cluster staff see all)."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job
+from zico.cluster.models import Placement
+from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
 from zico.tenants.models import Role, Tenant
@@ -15,16 +17,41 @@ from .access import field_error, require_role
 from .events import EventSerializer, paginated_events
 
 
+class ProfileSummarySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MemoryProfile
+        fields = ["id", "source", "peak_bytes", "persistent_bytes", "iteration_s", "created_at"]
+        read_only_fields = fields
+
+
+class ProfileSerializer(ProfileSummarySerializer):
+    class Meta(ProfileSummarySerializer.Meta):
+        fields = [*ProfileSummarySerializer.Meta.fields, "curve"]
+        read_only_fields = fields
+
+
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    device = serializers.SerializerMethodField(help_text="id of the device of the job's active placement")
+    profile = serializers.SerializerMethodField(help_text="the latest memory profile's headline figures")
 
     class Meta:
         model = Job
         fields = ["id", "tenant", "owner", "name", "workload", "params", "budget_bytes", "priority", "status",
                   "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
-                  "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations"]
+                  "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations", "device", "profile"]
         read_only_fields = fields
+
+    def get_device(self, job) -> int | None:
+        active = job.active_placements if hasattr(job, "active_placements") else [job.active_placement()]
+        return active[0].device_id if active and active[0] else None
+
+    @extend_schema_field(ProfileSummarySerializer(allow_null=True))
+    def get_profile(self, job):
+        latest = (job.profiles_newest_first[:1] or [None])[0] if hasattr(job, "profiles_newest_first") \
+            else job.profiles.defer("curve").order_by("-created_at", "-id").first()
+        return ProfileSummarySerializer(latest).data if latest else None
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -67,7 +94,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     serializer_class = JobSerializer
 
     def get_queryset(self):
-        qs = Job.objects.visible_to(self.request.user).select_related("tenant", "owner")
+        qs = Job.objects.visible_to(self.request.user).select_related("tenant", "owner").prefetch_related(
+            Prefetch("placements", Placement.objects.active().order_by("-started_at"), to_attr="active_placements"),
+            Prefetch("profiles", MemoryProfile.objects.defer("curve").order_by("-created_at", "-id"),
+                     to_attr="profiles_newest_first"),
+        )
         if self.action == "list":
             if s := self.request.query_params.get("status"):
                 qs = qs.filter(status=s)
@@ -111,3 +142,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     def events(self, request, pk=None):
         """The job's audit trail: status changes, placements, delays, OOMs prevented, worker losses."""
         return paginated_events(self, request, self.get_object().events.all())
+
+    @extend_schema(responses={200: ProfileSerializer})
+    @action(detail=True, methods=["get"])
+    def profile(self, request, pk=None):
+        """The job's latest memory profile with its full curve (placement.curves contract); 404 if none yet."""
+        latest = self.get_object().latest_profile()
+        if latest is None:
+            raise exceptions.NotFound("this job has no memory profile yet")
+        return Response(ProfileSerializer(latest).data)
