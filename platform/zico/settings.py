@@ -28,6 +28,8 @@ VAR_DIR = Path(env.str("ZICO_VAR_DIR", default=str(BASE_DIR / "var")))
 ZICO_DATA_DIR = Path(env.str("ZICO_DATA_DIR", default=str(VAR_DIR / "data")))
 # Where running jobs write checkpoints so that a job whose worker was lost resumes on requeue.
 ZICO_CHECKPOINT_DIR = Path(env.str("ZICO_CHECKPOINT_DIR", default=str(VAR_DIR / "checkpoints")))
+# Bearer token that lets a Prometheus server scrape /metrics without a staff session (empty: staff only).
+ZICO_METRICS_TOKEN = env.str("ZICO_METRICS_TOKEN", default="")
 # Host name used in queue names (cpu.<host>, gpu.<host>.<index>).
 ZICO_HOST = env.str("ZICO_HOST", default=socket.gethostname().split(".")[0])
 
