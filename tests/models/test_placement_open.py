@@ -17,6 +17,7 @@ def test_it_places_ready_jobs_and_records_events(personas, gpu):
     assert set(Job.objects.filter(pk__in=[a.pk, b.pk]).values_list("status", flat=True)) == {"placed"}
     ev = Event.objects.get(kind="placement")
     assert ev.details["jobs"] == [a.pk, b.pk] and ev.details["shared_with_other_tenants"] is False
+    assert ev.details["plan"] == {"shifts_s": {str(a.pk): 0.0, str(b.pk): 0.12}}
     assert Event.objects.filter(kind="status_change", details__to="placed", device=gpu).count() == 2
     assert a.active_placement() == p
 
@@ -42,6 +43,7 @@ def test_tenants_share_a_device_only_when_both_allow_it(personas, gpu):
     Placement.open(gpu, [mine, theirs])
     acme_event = Event.objects.get(kind="placement", tenant=personas.tenant)
     assert acme_event.details["jobs"] == [mine.pk] and acme_event.details["shared_with_other_tenants"] is True
+    assert acme_event.details["plan"] is None  # the plan names the other tenant's job
 
 
 def test_jobs_already_on_the_device_count_for_the_policy(personas, gpu):
@@ -57,3 +59,14 @@ def test_an_offline_device_or_no_jobs_is_refused(personas, gpu):
     gpu.save()
     with pytest.raises(PlacementError, match="offline"):
         Placement.open(gpu, [ready_job(personas.tenant, personas.owner)])
+
+
+def test_the_running_jobs_quota_is_enforced(personas, gpu):
+    personas.tenant.change(max_running_jobs=2)
+    Placement.open(gpu, [ready_job(personas.tenant, personas.owner)])
+    extra = [ready_job(personas.tenant, personas.owner) for _ in range(2)]
+    with pytest.raises(PlacementError, match="quota of 2"):
+        Placement.open(gpu, extra)
+    assert Placement.objects.count() == 1
+    Placement.open(gpu, extra[:1])
+    assert Job.objects.filter(status="placed").count() == 2

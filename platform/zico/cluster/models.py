@@ -176,11 +176,13 @@ class Placement(models.Model):
         on the device — may meet only when every tenant involved allows cross-tenant co-location.
 
         Raises:
-            PlacementError: no jobs, the device is not online, or the co-location policy forbids it.
+            PlacementError: no jobs, the device is not online, the co-location policy forbids it, or a
+                tenant would exceed its ``max_running_jobs`` quota (jobs placed or running, any device).
             zico.jobs.transitions.IllegalTransition: a job is not ``ready``; nothing is written.
         """
         from zico.jobs.models import Event, Job
         from zico.jobs.transitions import ON_DEVICE, IllegalTransition, JobStatus
+        from zico.tenants.models import Tenant
 
         jobs = list(jobs)
         if not jobs:
@@ -191,14 +193,20 @@ class Placement(models.Model):
                 raise PlacementError(f"device: {dev} is {dev.status}, not online")
             resident = Job.objects.filter(status__in=ON_DEVICE, placements__device=dev,
                                           placements__ended_at__isnull=True)
-            from zico.tenants.models import Tenant
-
-            tenants = list(Tenant.objects.filter(
+            # Locked, so two placements on different devices cannot both slip under a running-jobs quota.
+            tenants = list(Tenant.objects.select_for_update().filter(
                 models.Q(pk__in=[j.tenant_id for j in jobs]) | models.Q(pk__in=resident.values("tenant_id"))
-            ).distinct())
+            ))
             if len(tenants) > 1 and not all(t.allow_cross_tenant_colocation for t in tenants):
                 refusing = ", ".join(t.slug for t in tenants if not t.allow_cross_tenant_colocation)
                 raise PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
+            for t in tenants:
+                adding = sum(j.tenant_id == t.pk for j in jobs)
+                if adding:
+                    on_device = Job.objects.filter(tenant=t, status__in=ON_DEVICE).count()
+                    if on_device + adding > t.max_running_jobs:
+                        raise PlacementError(f"jobs: tenant {t.slug} would have {on_device + adding} jobs placed or "
+                                             f"running, over its quota of {t.max_running_jobs}")
             # Check every job before writing anything, so no in-memory job is left showing a rolled-back move.
             locked = {j.pk: j.status for j in Job.objects.select_for_update().filter(pk__in=[j.pk for j in jobs])}
             for job in jobs:
@@ -211,9 +219,11 @@ class Placement(models.Model):
             for t in tenants:
                 mine = [j.pk for j in jobs if j.tenant_id == t.pk]
                 if mine:
-                    # Each tenant's event names only its own jobs: other tenants' job ids are not theirs to see.
+                    # Each tenant's event names only its own jobs (and carries the plan, which names every
+                    # co-located job, only when no other tenant is involved): other tenants' jobs are not theirs.
+                    shared = len(tenants) > 1
                     Event.record(Event.Kind.PLACEMENT, tenant=t, device=dev, actor=actor, placement=placement.pk,
-                                 jobs=mine, shared_with_other_tenants=len(tenants) > 1, plan=placement.plan)
+                                 jobs=mine, shared_with_other_tenants=shared, plan=None if shared else placement.plan)
         return placement
 
     @property
