@@ -41,7 +41,7 @@ def test_cluster_overview_shows_used_versus_budget(cluster, client_for, personas
     html = client_for(personas.owner).get("/cluster/").content.decode()
     assert "NVIDIA H100 80GB HBM3" in html
     assert "20.00 GiB" in html and "72.00 GiB" in html              # stored pool reserved vs budget
-    assert "28% of budget" in html
+    assert "<dt>Of budget</dt><dd>28%</dd>" in html
 
 
 def test_owner_cancels_a_running_job(cluster, client_for, personas):

@@ -15,9 +15,17 @@
     return chart;
   }
 
-  function bytesAxis() {
-    return Object.assign({ type: "value", min: 0, axisLabel: { color: "#5f6b82", fontSize: 11, formatter: v => Z.bytes(v) } },
-                         { axisLine: AXIS.axisLine, splitLine: AXIS.splitLine });
+  // Charts plot memory in one binary unit chosen from the largest value, so the axis gets round ticks
+  // (0, 20, 40 GiB) instead of decimal fractions of 2^30.
+  const UNITS = [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10], ["B", 1]];
+  function unitFor(maxBytes) {
+    for (const [name, div] of UNITS) if (maxBytes >= div) return { name, div };
+    return { name: "GiB", div: 2 ** 30 };
+  }
+
+  function bytesAxis(unit) {
+    return Object.assign({ type: "value", min: 0, axisLabel: { color: "#5f6b82", fontSize: 11,
+      formatter: v => `${+v.toFixed(2)} ${unit.name}` } }, { axisLine: AXIS.axisLine, splitLine: AXIS.splitLine });
   }
 
   function timeAxis() {
@@ -25,14 +33,15 @@
       formatter: v => Z.clock(v) } }, { axisLine: AXIS.axisLine, splitLine: { show: false } });
   }
 
-  function tooltip() {
+  function tooltip(unit) {
     return { trigger: "axis", backgroundColor: "rgba(15,23,42,.92)", borderWidth: 0, textStyle: { color: "#f8fafc", fontSize: 12 },
-      valueFormatter: v => Z.bytes(v), axisPointer: { type: "line", lineStyle: { color: "#94a3b8" } } };
+      valueFormatter: v => (v === null || v === undefined ? "—" : `${v.toFixed(2)} ${unit.name}`),
+      axisPointer: { type: "line", lineStyle: { color: "#94a3b8" } } };
   }
 
-  function budgetLine(budget) {
+  function budgetLine(budget, unit) {
     if (!budget) return undefined;
-    return { silent: true, symbol: "none", data: [{ yAxis: budget }],
+    return { silent: true, symbol: "none", data: [{ yAxis: budget / unit.div }],
       lineStyle: { color: "#dc2626", type: "dashed", width: 1.5 },
       label: { formatter: `budget ${Z.bytes(budget)}`, position: "insideEndTop", color: "#dc2626", fontSize: 11 } };
   }
@@ -40,18 +49,19 @@
   // A job's allocated and reserved bytes over time; `points` are [t_s, allocated, reserved, iteration].
   function jobMemory(el, budget) {
     const chart = base(el);
+    let unit = unitFor(budget || 0);
     chart.setOption({
       color: ["#6366f1", "#0f766e", "#94a3b8"], animation: false,
       grid: { left: 70, right: 20, top: 36, bottom: 56 },
       legend: { top: 0, left: 0, icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
-      tooltip: tooltip(), xAxis: timeAxis(), yAxis: bytesAxis(),
+      tooltip: tooltip(unit), xAxis: timeAxis(), yAxis: bytesAxis(unit),
       dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
       series: [
         { name: "Allocated", type: "line", showSymbol: false, sampling: "lttb", lineStyle: { width: 1.6 },
           areaStyle: { color: new echarts.graphic.LinearGradient(0, 0, 0, 1, [{ offset: 0, color: "rgba(99,102,241,.32)" }, { offset: 1, color: "rgba(99,102,241,.03)" }]) },
-          data: [], markLine: budgetLine(budget) },
-        { name: "Reserved", type: "line", step: "end", showSymbol: false, lineStyle: { width: 1.4, type: "dashed" }, data: [] },
-        { name: "Iteration start", type: "scatter", symbol: "diamond", symbolSize: 6, itemStyle: { color: "#94a3b8" },
+          data: [], markLine: budgetLine(budget, unit) },
+        { name: "Reserved", type: "line", step: "end", showSymbol: false, lineStyle: { width: 1, opacity: 0.8 }, data: [] },
+        { name: "Iteration start", type: "scatter", symbol: "triangle", symbolSize: 7, itemStyle: { color: "#94a3b8" },
           tooltip: { valueFormatter: null, formatter: p => `iteration ${p.data[2]}<br>${Z.clock(p.data[0])}` }, data: [] },
       ],
     });
@@ -60,14 +70,16 @@
       set(points, windowS) {
         const now = Date.now(), from = now - windowS * 1000;
         const pts = points.filter(p => p[0] * 1000 >= from);
-        const marks = [];
+        unit = unitFor(Math.max(budget || 0, ...pts.map(p => p[2] || p[1] || 0)));
+        const d = unit.div, marks = [];
         for (let i = 1; i < pts.length; i++) {
-          if (pts[i][3] !== null && pts[i][3] !== pts[i - 1][3]) marks.push([pts[i][0] * 1000, pts[i][1], pts[i][3]]);
+          // iteration starts sit on the time axis as a row of ticks
+          if (pts[i][3] !== null && pts[i][3] !== pts[i - 1][3]) marks.push([pts[i][0] * 1000, 0, pts[i][3]]);
         }
         chart.setOption({
-          xAxis: { min: from, max: now },
-          series: [{ data: pts.map(p => [p[0] * 1000, p[1]]) }, { data: pts.map(p => [p[0] * 1000, p[2]]) },
-                   { data: marks.slice(-300) }],
+          tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now },
+          series: [{ data: pts.map(p => [p[0] * 1000, p[1] / d]), markLine: budgetLine(budget, unit) },
+                   { data: pts.map(p => [p[0] * 1000, p[2] / d]) }, { data: marks.slice(-300) }],
         });
       },
     };
@@ -76,18 +88,18 @@
   // The DESIGN contract's memory curve: points [fraction, bytes] over one iteration of iteration_s seconds.
   function memoryCurve(el, curve, budget) {
     const chart = base(el);
-    const T = curve.iteration_s;
+    const T = curve.iteration_s, unit = unitFor(Math.max(curve.peak_bytes, budget || 0)), d = unit.div;
     chart.setOption({
       color: ["#6366f1"], animation: false, grid: { left: 70, right: 20, top: 16, bottom: 36 },
-      tooltip: Object.assign(tooltip(), { axisPointer: { type: "cross" } }),
+      tooltip: Object.assign(tooltip(unit), { axisPointer: { type: "cross" } }),
       xAxis: { type: "value", min: 0, max: T, name: "s", nameGap: 6, axisLabel: { color: "#5f6b82", fontSize: 11,
                formatter: v => v.toFixed(T < 1 ? 2 : 1) }, axisLine: AXIS.axisLine, splitLine: { show: false } },
-      yAxis: bytesAxis(),
-      series: [{ name: "Bytes held", type: "line", step: "start", showSymbol: false, lineStyle: { width: 1.6 },
-        areaStyle: { color: "rgba(99,102,241,.15)" }, data: curve.points.map(p => [p[0] * T, p[1]]),
+      yAxis: bytesAxis(unit),
+      series: [{ name: "Held", type: "line", step: "start", showSymbol: false, lineStyle: { width: 1.6 },
+        areaStyle: { color: "rgba(99,102,241,.15)" }, data: curve.points.map(p => [p[0] * T, p[1] / d]),
         markLine: { silent: true, symbol: "none", data: [
-          { yAxis: curve.persistent_bytes, lineStyle: { color: "#64748b", type: "dotted" }, label: { formatter: "persistent", position: "insideEndTop", color: "#64748b", fontSize: 11 } },
-          ...(budget ? [{ yAxis: budget, lineStyle: { color: "#dc2626", type: "dashed" }, label: { formatter: "budget", position: "insideEndTop", color: "#dc2626", fontSize: 11 } }] : []),
+          { yAxis: curve.persistent_bytes / d, lineStyle: { color: "#64748b", type: "dotted" }, label: { formatter: "persistent", position: "insideStartTop", color: "#64748b", fontSize: 11 } },
+          ...(budget ? [{ yAxis: budget / d, lineStyle: { color: "#dc2626", type: "dashed" }, label: { formatter: "budget", position: "insideEndTop", color: "#dc2626", fontSize: 11 } }] : []),
         ] } }],
     });
     return chart;
@@ -100,7 +112,7 @@
     chart.setOption({
       animation: false, grid: { left: 76, right: 24, top: 44, bottom: 60 },
       legend: { top: 0, left: 0, type: "scroll", icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
-      tooltip: tooltip(), xAxis: timeAxis(), yAxis: bytesAxis(),
+      tooltip: tooltip(unitFor(0)), xAxis: timeAxis(), yAxis: bytesAxis(unitFor(0)),
       dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
       series: [],
     });
@@ -112,25 +124,29 @@
         const grid = new Set();
         ids.forEach(id => state.series[id].forEach(p => { if (p[0] * 1000 >= from) grid.add(p[0]); }));
         const times = Array.from(grid).sort((a, b) => a - b);
+        const pool = state.pool.filter(p => p[0] * 1000 >= from);
+        const unit = unitFor(Math.max(state.device.budget_bytes || 0, ...pool.map(p => Math.max(p[2] || 0, p[3] || 0))));
+        const d = unit.div;
         const series = ids.map((id, i) => {
           const m = new Map(state.series[id].map(p => [p[0], p[1]]));
           const job = state.jobs[id] || { label: `job ${id}` };
           return { id: `job-${id}`, name: job.label, type: "line", stack: "jobs", showSymbol: false, step: "end",
             lineStyle: { width: 0.8 }, color: PALETTE[i % PALETTE.length], emphasis: { focus: "series" },
-            areaStyle: { opacity: 0.55 }, data: times.map(t => [t * 1000, m.get(t) ?? 0]) };
+            areaStyle: { opacity: 0.55 }, data: times.map(t => [t * 1000, (m.get(t) ?? 0) / d]) };
         });
-        const pool = state.pool.filter(p => p[0] * 1000 >= from);
-        const budgetPts = pool.filter(p => p[3] !== null && p[3] !== undefined).map(p => [p[0] * 1000, p[3]]);
-        const budgetData = budgetPts.length ? budgetPts : [[from, state.device.budget_bytes], [now, state.device.budget_bytes]];
-        series.push({ id: "reserved", name: "Pool reserved", type: "line", step: "end", showSymbol: false, color: "#0f172a",
-          lineStyle: { width: 1.3, type: "dashed" }, data: pool.map(p => [p[0] * 1000, p[2]]) });
+        const budgetPts = pool.filter(p => p[3] !== null && p[3] !== undefined).map(p => [p[0] * 1000, p[3] / d]);
+        const b = state.device.budget_bytes / d;
+        const budgetData = budgetPts.length ? budgetPts : [[from, b], [now, b]];
+        series.push({ id: "reserved", name: "Pool reserved", type: "line", step: "end", showSymbol: false, color: "#334155",
+          lineStyle: { width: 1, opacity: 0.75 }, data: pool.map(p => [p[0] * 1000, p[2] / d]) });
         series.push({ id: "budget", name: "Budget", type: "line", step: "end", showSymbol: false, color: "#dc2626",
           lineStyle: { width: 1.8 }, data: budgetData,
           markLine: { symbol: ["none", "none"], animation: false, label: { show: false },
             emphasis: { label: { show: true, formatter: p => p.name, color: "#0f172a", fontSize: 11 } },
             data: state.events.filter(e => e.t * 1000 >= from).slice(-200).map(e => ({
-              name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: "solid", width: 1, opacity: 0.7 } })) } });
-        chart.setOption({ xAxis: { min: from, max: now }, series }, { replaceMerge: ["series"] });
+              name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: [4, 3], width: 1, opacity: 0.55 } })) } });
+        chart.setOption({ tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now }, series },
+                        { replaceMerge: ["series"] });
       },
     };
   }

@@ -11,6 +11,7 @@
   function trim(list, from) { return list.length && list[0][0] < from ? list.filter(p => p[0] >= from) : list; }
 
   function onData(d) {
+    if (d.window !== windowS) return;  // an answer for the time range the user just left
     const fresh = cursor === "" || state === null;
     if (fresh) {
       state = { device: d.device, jobs: d.jobs, series: d.series, pool: d.pool, events: d.events };
@@ -44,12 +45,12 @@
   function renderEvents() {
     const ol = document.getElementById("event-log");
     ol.innerHTML = "";
-    const evs = state.events.slice(-50).reverse();
+    const evs = state.events.slice().sort((a, b) => b.t - a.t).slice(0, 50);
     if (!evs.length) { ol.innerHTML = '<li class="muted">No events in this range.</li>'; return; }
     for (const e of evs) {
       const li = document.createElement("li");
       const t = document.createElement("time"); t.textContent = Z.clock(e.t * 1000);
-      const k = document.createElement("span"); k.className = "log-kind"; k.textContent = e.kind.replace("_", " ");
+      const k = document.createElement("span"); k.className = "log-kind"; k.textContent = e.kind.replaceAll("_", " ");
       k.style.color = Z.charts.EVENT_COLORS[e.kind] || "";
       const l = document.createElement("span"); l.textContent = e.label;
       li.append(t, k, l); ol.append(li);

@@ -13,6 +13,7 @@
   let points = [], cursor = "", windowS = Number(windowSel.value), liveOk = true;
 
   function onData(d) {
+    if (d.window !== windowS) return;  // an answer for the time range the user just left
     if (d.points && cursor === "") points = d.points; else points = points.concat(d.points);
     const from = Date.now() / 1000 - windowS;
     if (points.length && points[0][0] < from - 5) points = points.filter(p => p[0] >= from - 5);

@@ -22,7 +22,7 @@ PARAM_PREFIX = "param_"
 
 def param_field(name: str, spec: dict[str, Any], default: Any) -> forms.Field:
     """One form field for the JSON Schema property ``spec`` (see the module docstring)."""
-    label = name.replace("_", " ").capitalize()
+    label = spec.get("title") or (name.upper() if len(name) <= 3 else name.replace("_", " ").capitalize())
     common = {"label": label, "help_text": spec.get("description", ""), "required": False, "initial": default}
     if "enum" in spec:
         return forms.ChoiceField(choices=[(v, v) for v in spec["enum"]], **common)

@@ -63,15 +63,13 @@ def job_submit(request):
             else:
                 messages.success(request, f"Job “{job}” submitted — it is queued.")
                 return redirect("web-job-detail", pk=job.pk)
-        status = 400
     else:
         initial = {"workload": workload.key}
         if request.method == "POST":  # switching workload keeps the tenant, name and limits typed so far
             initial.update({k: request.POST.get(k) for k in ("tenant", "name", "budget_gib", "priority")
                             if request.POST.get(k)})
         form = JobSubmitForm(initial=initial, tenants=tenants, workload=workload)
-        status = 200
-    return render(request, "web/job_submit.html", {"form": form, "workload": workload}, status=status)
+    return render(request, "web/job_submit.html", {"form": form, "workload": workload})
 
 
 @login_required

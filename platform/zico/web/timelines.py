@@ -24,6 +24,7 @@ from zico.telemetry import keys
 from zico.telemetry.models import TimelinePoint
 
 from . import live
+from .templatetags.zico_format import bytes_h
 
 MAX_POINTS = 600  # buckets per series in a first response
 WINDOWS_S = (300, 900, 3600, 6 * 3600, 24 * 3600)  # the time-range selector's choices
@@ -108,6 +109,7 @@ def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = 
     seen_peak = max((p[2] or 0 for p in points), default=None)
     last = points[-1] if points else [None, None, None, None]
     return {
+        "window": window_s,
         "job": job_status(job),
         "live": {"ok": read.ok, "cursor": read.cursor},
         "points": points,
@@ -117,15 +119,17 @@ def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = 
 
 def _event_label(e: Event, visible_job_ids: set[int] | None) -> str:
     d = e.details or {}
-    job = f"job {e.job_id}" if e.job_id and (visible_job_ids is None or e.job_id in visible_job_ids) else "a job"
+    job = (f"“{e.job}”" if e.job_id and (visible_job_ids is None or e.job_id in visible_job_ids)
+           else "a job of another tenant" if e.job_id else "a job")
     if e.kind == Event.Kind.BUDGET_CHANGE:
-        return f"budget {d.get('old_bytes')} → {d.get('new_bytes')} bytes"
+        return f"budget {bytes_h(d.get('old_bytes'))} → {bytes_h(d.get('new_bytes'))}"
     if e.kind == Event.Kind.DELAY:
         return f"{job} delayed {float(d.get('delay_s', 0)):.2f} s"
     if e.kind == Event.Kind.PLACEMENT:
         return f"{job} placed"
     if e.kind == Event.Kind.OOM_PREVENTED:
-        return f"OOM prevented ({job})"
+        asked = d.get("requested_bytes")
+        return f"OOM prevented: {job}" + (f" asked for {bytes_h(asked)}" if asked else "")
     return e.get_kind_display()
 
 
@@ -139,7 +143,7 @@ def device_events(device, tenant_ids: set[int] | None, since_s: float, since_eve
                               time__gte=_dt(since_s))
     if tenant_ids is not None:
         qs = qs.filter(job__isnull=True) | qs.filter(job__tenant_id__in=tenant_ids)
-    evs = list(qs.order_by("-id")[:500])[::-1]
+    evs = list(qs.select_related("job").order_by("-id")[:500])[::-1]
     visible = None if tenant_ids is None else {e.job_id for e in evs if e.job_id}
     return [{"id": e.pk, "t": e.time.timestamp(), "kind": e.kind, "job": e.job_id,
              "label": _event_label(e, visible)} for e in evs]
@@ -206,6 +210,7 @@ def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT
     peak = max((p[2] or 0 for p in pool), default=None)
     last = pool[-1] if pool else [None, None, None, None]
     return {
+        "window": window_s,
         "device": {"id": device.pk, "key": dev, "name": device.name, "total_bytes": device.total_bytes,
                    "budget_bytes": device.budget_bytes},
         "jobs": {str(k): v for k, v in jobs.items()},

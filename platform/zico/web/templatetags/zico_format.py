@@ -51,3 +51,18 @@ def ratio(value, total) -> float:
         return max(0.0, min(1.0, float(value) / float(total)))
     except (TypeError, ValueError, ZeroDivisionError):
         return 0.0
+
+
+@register.filter
+def details_h(details) -> str:
+    """An event's details as ``key value`` pairs; ``*_bytes`` in binary units, ``*_s`` in seconds."""
+    if not isinstance(details, dict):
+        return ""
+    parts = []
+    for k, v in details.items():
+        if k.endswith("_bytes") and isinstance(v, (int, float)):
+            v = bytes_h(v)
+        elif k.endswith("_s") and isinstance(v, (int, float)):
+            v = seconds_h(v)
+        parts.append(f"{k.replace('_', ' ')} {v}")
+    return " · ".join(parts)

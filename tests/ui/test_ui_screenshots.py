@@ -1,0 +1,188 @@
+"""Every page in a real browser on a realistic cluster, with no console error; saves the screenshots.
+
+Three jobs share one 80 GiB GPU under a 72 GiB budget, each with a forward/backward memory sawtooth and a
+time shift so their peaks do not coincide (the Zico idea). Older minutes come from the stored timeline,
+the last two from live samples in Redis. PNGs go to ``$ZICO_SCREENSHOT_DIR`` when set (the README's
+docs/screenshots are made with ``ZICO_SCREENSHOT_DIR=docs/screenshots``), else to a temporary folder.
+"""
+import math
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from zico.cluster.models import Device, Node, Placement
+from zico.jobs.models import Event, Job, MemoryProfile
+from zico.jobs.submission import submit_job
+from zico.telemetry import keys
+from zico.telemetry.models import TimelinePoint
+
+GIB = 1 << 30
+PERIOD_S = 4.0
+# (name, workload, tenant attr, owner attr, persistent GiB, peak GiB, time shift s)
+JOBS = [("resnet50-imagenet-bs256", "resnet50", "tenant", "owner", 7, 27, 0.0),
+        ("bert-base-mlm", "bert-base", "tenant", "teammate", 9, 25, 1.4),
+        ("gpt2-small-finetune", "gpt2-small", "other_tenant", "outsider", 6, 21, 2.7)]
+
+
+def bytes_at(t: float, persistent: float, peak: float, shift: float) -> int:
+    """Memory of one job at time t: forward ramp (55% of the iteration), backward fall (40%), optimizer step."""
+    f = ((t - shift) % PERIOD_S) / PERIOD_S
+    if f < 0.55:
+        g = persistent + (peak - persistent) * (f / 0.55) ** 0.8
+    elif f < 0.95:
+        g = peak - (peak - persistent) * ((f - 0.55) / 0.4)
+    else:
+        g = persistent + 0.6
+    return int(g * GIB)
+
+
+def build_cluster(p, publish, now: float):
+    node = Node.objects.create(host="node-a")
+    dev = Device.objects.create(node=node, index=0, kind="gpu", name="NVIDIA A100-SXM4-80GB", uuid="GPU-shot-0",
+                                total_bytes=80 * GIB, budget_bytes=80 * GIB)
+    Device.objects.create(node=node, index=1, kind="gpu", name="NVIDIA A100-SXM4-80GB", uuid="GPU-shot-1",
+                          total_bytes=80 * GIB, budget_bytes=64 * GIB)
+    key = keys.device_key("gpu", "node-a", 0)
+    jobs = []
+    for name, workload, tenant, owner, pers, peak, shift in JOBS:
+        params = {"iterations": 5000, "data": "synthetic"}
+        j = submit_job(tenant=getattr(p, tenant), owner=getattr(p, owner), workload=workload, params=params,
+                       budget_bytes=(peak + 3) * GIB, name=name)
+        for to in ("ready", "placed", "running"):
+            j.transition(to, device=dev)
+        pts = [[i / 50, bytes_at(i / 50 * PERIOD_S, pers, peak, 0)] for i in range(51)]
+        MemoryProfile.record(j, {"version": 1, "source": "allocator-trace", "device": "cuda:0",
+                                 "iteration_s": PERIOD_S, "persistent_bytes": pers * GIB,
+                                 "peak_bytes": max(b for _, b in pts), "points": pts})
+        jobs.append((j, pers, peak, shift))
+    placement = Placement.objects.create(device=dev, plan={
+        "shifts_s": {str(j.pk): s for j, _, _, s in jobs}, "budget_bytes": 72 * GIB, "predicted_peak_bytes": 58 * GIB})
+    placement.jobs.set([j for j, *_ in jobs])
+    Event.objects.filter(kind=Event.Kind.STATUS_CHANGE).update(time=_dt(now - 890))
+    for i, (j, *_rest) in enumerate(jobs):
+        Event.objects.filter(pk=Event.record(Event.Kind.PLACEMENT, job=j, device=dev, placement=placement.pk).pk) \
+            .update(time=_dt(now - 880 + 20 * i))
+    dev.set_budget(72 * GIB)
+    Event.objects.filter(kind=Event.Kind.BUDGET_CHANGE).update(time=_dt(now - 610))
+    for k, t in enumerate(range(int(now) - 560, int(now), 75)):
+        j = jobs[1 + k % 2][0]
+        ev = Event.record(Event.Kind.DELAY, job=j, device=dev, iteration=int((t - now + 900) / PERIOD_S),
+                          delay_s=round(0.08 + 0.05 * (k % 4), 2), reason="gated: predicted peak above budget")
+        Event.objects.filter(pk=ev.pk).update(time=_dt(t))
+    ev = Event.record(Event.Kind.OOM_PREVENTED, job=jobs[0][0], device=dev, requested_bytes=3 * GIB)
+    Event.objects.filter(pk=ev.pk).update(time=_dt(now - 300))
+    # stored timeline: 1 point per second (the largest of the second), 15 min back to 2 min ago
+    rows = []
+    for s in range(int(now) - 900, int(now) - 120):
+        when = _dt(s)
+        # the pool point is the largest sum within the second, as the control consumer stores it
+        total_a = max(sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5))
+        for j, pers, peak, shift in jobs:
+            a = max(bytes_at(s + k / 5, pers, peak, shift) for k in range(5))
+            rows.append(TimelinePoint(device=dev, job=j, second=s, time=when, allocated_bytes=a,
+                                      reserved_bytes=a + GIB, iteration=int((s - now + 900) / PERIOD_S)))
+        budget = 80 * GIB if s < now - 610 else 72 * GIB
+        rows.append(TimelinePoint(device=dev, job=None, second=s, time=when, allocated_bytes=total_a,
+                                  reserved_bytes=total_a + 4 * GIB, budget_bytes=budget))
+    TimelinePoint.objects.bulk_create(rows)
+    # live samples, 5 Hz for the last 2 minutes
+    for k in range(600):
+        t = now - 120 + k * 0.2
+        total = 0
+        for j, pers, peak, shift in jobs:
+            a = bytes_at(t, pers, peak, shift)
+            total += a
+            publish(job=j.pk, device=key, t=t, allocated=a, reserved=a + GIB,
+                    iteration=int((t - now + 900) / PERIOD_S))
+        publish(job=None, device=key, t=t, allocated=total, reserved=total + 4 * GIB, budget=72 * GIB)
+    Job.objects.filter(pk=jobs[0][0].pk).update(progress_iteration=3120, metrics={
+        "iterations_per_s": 0.25, "peak_bytes": 27 * GIB, "delay_s": 0.0})
+    Job.objects.filter(pk=jobs[1][0].pk).update(progress_iteration=1875, metrics={
+        "iterations_per_s": 0.24, "peak_bytes": 25 * GIB, "delay_s": 1.9})
+    return dev, jobs
+
+
+def more_jobs(p):
+    done = submit_job(tenant=p.tenant, owner=p.owner, workload="digits-cnn", params={}, name="digits-baseline")
+    for to in ("ready", "placed", "running"):
+        done.transition(to)
+    done.transition("succeeded", metrics={"iterations_per_s": 41.3, "peak_bytes": 310 * (1 << 20)})
+    Job.objects.filter(pk=done.pk).update(progress_iteration=150)
+    failed = submit_job(tenant=p.tenant, owner=p.teammate, workload="resnet18", params={"batch_size": 512},
+                        name="resnet18-sweep-3")
+    failed.transition("failed", reason="profiling: CUDA out of memory at batch 512")
+    submit_job(tenant=p.tenant, owner=p.owner, workload="resnet18", params={"batch_size": 128}, name="resnet18-ablation")
+    prof = submit_job(tenant=p.tenant, owner=p.teammate, workload="gpt2-small", params={"data": "synthetic"},
+                      name="gpt2-distill")
+    prof.transition("profiling")
+
+
+def _dt(s: float) -> datetime:
+    return datetime.fromtimestamp(s, tz=timezone.utc)
+
+
+def out_dir(tmp_path) -> Path:
+    d = Path(os.environ.get("ZICO_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_every_page_renders_in_the_browser_and_is_captured(page, sign_in, personas, publish, tmp_path, settings):
+    settings.ZICO_DATA_DIR = tmp_path / "data"            # the text workloads' default corpus must exist
+    (tmp_path / "data" / "corpus").mkdir(parents=True)
+    (tmp_path / "data" / "corpus" / "python-docs.txt").write_text("def f():\n    return 1\n")
+    now = time.time()
+    dev, jobs = build_cluster(personas, publish, now)
+    more_jobs(personas)
+    out = out_dir(tmp_path)
+    sign_in(personas.owner)
+    shot = lambda name: page.screenshot(path=str(out / f"{name}.png"), full_page=True)  # noqa: E731
+
+    expect(page.locator("#jobs-table tbody tr")).to_have_count(6)
+    shot("jobs")
+
+    page.goto("/jobs/new/?workload=resnet50")
+    shot("submit")
+    page.get_by_label("Batch size").fill("0")
+    page.get_by_label("Image size").fill("2048")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("#id_param_image_size_error")).to_be_visible()
+    shot("submit-errors")
+
+    page.goto(f"/jobs/{jobs[0][0].pk}/")
+    page.get_by_label("Time range").select_option("300")
+    expect(page.locator("#live-state")).to_have_text("Live")
+    page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
+                           ".getOption().series[0].data.length > 500")
+    shot("job-detail")
+
+    page.goto(f"/devices/{dev.pk}/")
+    page.get_by_role("button", name="5 min", exact=True).click()
+    expect(page.locator("#live-state")).to_have_text("Live")
+    expect(page.locator('#device-summary dd[data-k="jobs"]')).to_have_text("2")  # acme's two; rival's hidden
+
+    page.goto("/cluster/")
+    shot("cluster")
+    page.goto("/tenants/acme/")
+    page.get_by_label("Token name").fill("laptop CLI")
+    page.get_by_role("button", name="Create token").click()
+    assert page.locator("#new-token").input_value().startswith("zico_")
+    shot("tenant")
+    page.goto("/tenants/acme/")
+    assert page.locator("#new-token").count() == 0            # shown once only
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(personas.staff)                                    # cluster staff see every job's band
+    page.goto(f"/devices/{dev.pk}/")
+    page.get_by_role("button", name="5 min", exact=True).click()
+    expect(page.locator('#device-summary dd[data-k="jobs"]')).to_have_text("3")
+    page.wait_for_timeout(300)
+    shot("device-timeline")
+    for name in ("jobs", "submit", "submit-errors", "job-detail", "device-timeline", "cluster", "tenant"):
+        assert (out / f"{name}.png").stat().st_size > 10_000, name
