@@ -1,0 +1,256 @@
+"""The coordinator: applies the gating rule live to the jobs co-located on one device.
+
+It is pure logic with an injectable clock. The GPU worker wraps it (one thread per co-located
+job calls :meth:`Coordinator.wait_to_start` before each iteration and :meth:`end_iteration`
+after it); the simulator drives the very same class on a virtual clock through the
+non-blocking :meth:`Coordinator.request_start`. See docs/placement.md for the API walk-through.
+
+Note [Waiting line]
+~~~~~~~~~~~~~~~~~~~
+Jobs that asked to start and were told to wait form a line in order of their first request.
+A request is decided by walking the line from its head: each waiter ahead of the requester gets
+a *reservation* at its own least delay (on top of the in-flight iterations and the reservations
+before it), then the requester gets its least delay on top of all of them. So a job never
+jumps ahead of an earlier waiter in a way that delays it (no starvation: this is backfilling
+at iteration granularity), yet a job whose iteration fits in a gap before an earlier waiter's
+reservation starts at once. Reservations are recomputed at every decision from live progress,
+so budget changes and slower-than-predicted jobs take effect at the next decision.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+from .curves import MemoryCurve
+from .gating import Commitment, least_delay_s
+
+# Default bins per shortest iteration for gating decisions (see Note [Gating rule]).
+DEFAULT_RESOLUTION = 256
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Answer to one start request.
+
+    Attributes:
+        admit: True: start the iteration now (it is now in flight).
+        delay_s: when not admitted, seconds after which to ask again; None when the job cannot
+            run under the current budget at all (wait for a budget change or a job to leave).
+        reason: ``"budget"`` (its iteration would push the device over budget), ``"line"``
+            (an earlier waiter goes first) or ``"infeasible"``; ``""`` when admitted.
+    """
+
+    admit: bool
+    delay_s: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DelayRecord:
+    """One delay the coordinator imposed: ``job_id``'s iteration ``iteration`` (0-based) started
+    ``delay_ms`` milliseconds after it first asked, for ``reason`` (see :class:`Decision`)."""
+
+    job_id: Hashable
+    iteration: int
+    delay_ms: float
+    reason: str
+    at_s: float
+
+
+@dataclass
+class _JobState:
+    curve: MemoryCurve
+    iteration_s: float
+    iterations_started: int = 0
+    in_flight: bool = False
+    fraction: float = 0.0           # progress at ``reported_at``
+    reported_at: float = 0.0
+    requested_at: float | None = None
+    first_reason: str = ""
+
+
+class Coordinator:
+    """Gates the iteration starts of the jobs on one device so their memory stays in budget.
+
+    Args:
+        budget_bytes: bytes all jobs together may hold (> 0).
+        clock: returns seconds (monotonic); default ``time.monotonic``. The simulator passes
+            its virtual clock.
+        resolution: bins per shortest expected iteration for decisions.
+    Thread-safe: every method takes one lock; :meth:`wait_to_start` waits on its condition.
+    """
+
+    def __init__(self, budget_bytes: float, *, clock: Callable[[], float] = time.monotonic,
+                 resolution: int = DEFAULT_RESOLUTION) -> None:
+        self._check_budget(budget_bytes)
+        if resolution < 8:
+            raise ValueError(f"resolution must be >= 8 bins, got {resolution}")
+        self._budget = float(budget_bytes)
+        self._clock = clock
+        self._resolution = int(resolution)
+        self._jobs: dict[Hashable, _JobState] = {}
+        self._cond = threading.Condition()
+        self.delays: list[DelayRecord] = []
+
+    # -- membership and settings ------------------------------------------------------
+    def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None) -> None:
+        """Add a job (idle, holding its persistent bytes). ``iteration_s``: its expected
+        iteration time on this device now (default: the curve's solo time). Raises ValueError
+        if the job is already here."""
+        with self._cond:
+            if job_id in self._jobs:
+                raise ValueError(f"job {job_id!r} is already on this coordinator")
+            self._jobs[job_id] = _JobState(curve, float(iteration_s or curve.iteration_s))
+            self._cond.notify_all()
+
+    def remove_job(self, job_id: Hashable) -> None:
+        """Drop a job (finished, failed or cancelled); waiters re-decide. Raises KeyError."""
+        with self._cond:
+            del self._jobs[job_id]
+            self._cond.notify_all()
+
+    def set_budget(self, budget_bytes: float) -> None:
+        """Change the budget at run time; it applies from the next decision on (in-flight
+        iterations finish as admitted)."""
+        self._check_budget(budget_bytes)
+        with self._cond:
+            self._budget = float(budget_bytes)
+            self._cond.notify_all()
+
+    def set_iteration_s(self, job_id: Hashable, iteration_s: float) -> None:
+        """Update a job's expected iteration time (contention changed or measured). The
+        in-flight iteration keeps its progress; only the time still to run is rescaled."""
+        if not iteration_s > 0:
+            raise ValueError(f"iteration_s must be > 0 seconds, got {iteration_s!r}")
+        with self._cond:
+            st = self._jobs[job_id]
+            now = self._clock()
+            st.fraction, st.reported_at = self._fraction(st, now), now
+            st.iteration_s = float(iteration_s)
+            self._cond.notify_all()
+
+    @property
+    def budget_bytes(self) -> float:
+        return self._budget
+
+    @property
+    def job_ids(self) -> list[Hashable]:
+        with self._cond:
+            return list(self._jobs)
+
+    # -- iteration protocol -------------------------------------------------------------
+    def request_start(self, job_id: Hashable) -> Decision:
+        """Non-blocking: may ``job_id`` start its next iteration now? If admitted, the
+        iteration is in flight from now. Raises KeyError for an unknown job, RuntimeError if
+        its previous iteration has not ended."""
+        with self._cond:
+            return self._request(job_id)
+
+    def wait_to_start(self, job_id: Hashable, timeout_s: float | None = None) -> bool:
+        """Blocking (worker threads): wait until ``job_id`` may start its next iteration,
+        re-deciding at the computed delay or whenever anything changes. Uses real time for
+        the waits (the injected clock only for decisions). Returns True when admitted, False
+        on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                d = self._request(job_id)
+                if d.admit:
+                    return True
+                wait = d.delay_s
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+
+    def report_progress(self, job_id: Hashable, fraction: float) -> None:
+        """The job's in-flight iteration is ``fraction`` (0..1) done (e.g. from the allocator's
+        phase or a backward hook); re-anchors the prediction of when it ends."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must lie in [0, 1], got {fraction!r}")
+        with self._cond:
+            st = self._jobs[job_id]
+            st.fraction, st.reported_at = float(fraction), self._clock()
+
+    def end_iteration(self, job_id: Hashable) -> None:
+        """The job's iteration ended (its transient memory is freed); waiters re-decide."""
+        with self._cond:
+            st = self._jobs[job_id]
+            st.in_flight, st.fraction = False, 0.0
+            self._cond.notify_all()
+
+    def snapshot(self) -> dict:
+        """Live state for telemetry: budget and, per job, in-flight flag, progress, iterations."""
+        with self._cond:
+            now = self._clock()
+            return {
+                "budget_bytes": self._budget,
+                "jobs": {
+                    str(j): {"in_flight": s.in_flight, "fraction": round(self._fraction(s, now), 4),
+                             "iterations_started": s.iterations_started, "waiting": s.requested_at is not None}
+                    for j, s in self._jobs.items()
+                },
+            }
+
+    # -- internals ----------------------------------------------------------------------
+    def _request(self, job_id: Hashable) -> Decision:
+        st = self._jobs[job_id]
+        if st.in_flight:
+            raise RuntimeError(f"job {job_id!r} asked to start while its iteration is in flight")
+        now = self._clock()
+        if st.requested_at is None:
+            st.requested_at = now
+        decision = self._decide(job_id, now)
+        if st.first_reason == "":
+            st.first_reason = decision.reason or "none"
+        if decision.admit:
+            waited = now - st.requested_at
+            if st.first_reason != "none":
+                self.delays.append(DelayRecord(job_id, st.iterations_started, waited * 1000.0, st.first_reason, now))
+            st.in_flight, st.fraction, st.reported_at = True, 0.0, now
+            st.iterations_started += 1
+            st.requested_at, st.first_reason = None, ""
+        return decision
+
+    def _decide(self, job_id: Hashable, now: float) -> Decision:
+        dt = min(s.iteration_s for s in self._jobs.values()) / self._resolution
+        line = sorted((s.requested_at, i, j) for i, (j, s) in enumerate(self._jobs.items())
+                      if s.requested_at is not None and not s.in_flight)
+        reserved: dict[Hashable, float] = {}
+        for _, _, waiter in line:
+            others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
+            ws = self._jobs[waiter]
+            delay = least_delay_s(Commitment(ws.curve, ws.iteration_s), others, self._budget, dt)
+            if waiter == job_id:
+                if delay is None:
+                    return Decision(False, None, "infeasible")
+                if delay <= 0.0:
+                    return Decision(True, 0.0)
+                alone = least_delay_s(Commitment(ws.curve, ws.iteration_s),
+                                      [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
+                                      self._budget, dt)
+                return Decision(False, delay, "budget" if alone and alone > 0 else "line")
+            if delay is not None:
+                reserved[waiter] = delay
+        raise AssertionError("requester missing from the waiting line")  # pragma: no cover
+
+    def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:
+        if st.in_flight:
+            return Commitment(st.curve, st.iteration_s, fraction=self._fraction(st, now))
+        return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s)
+
+    @staticmethod
+    def _fraction(st: _JobState, now: float) -> float:
+        if not st.in_flight:
+            return 0.0
+        # a job slower than predicted stays just short of its end until it reports the end
+        return min(st.fraction + (now - st.reported_at) / st.iteration_s, 1.0 - 1e-6)
+
+    @staticmethod
+    def _check_budget(budget_bytes: float) -> None:
+        if not (isinstance(budget_bytes, (int, float)) and budget_bytes > 0):
+            raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")

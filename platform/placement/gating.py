@@ -1,0 +1,154 @@
+"""The gating rule: may a job start its next iteration now, and if not, the least delay after
+which it may. Pure functions over binned memory profiles (numpy only); the coordinator calls
+them under its lock with the live progress of every job on the device.
+
+Note [Gating rule]
+~~~~~~~~~~~~~~~~~~
+Every *admitted* iteration is a commitment: the device will hold that job's curve from the
+iteration's start to its end. A job that is not iterating holds its persistent bytes. A new
+iteration of job X starting ``d`` seconds from now is admitted when, over X's whole iteration
+``[now + d, now + d + T_X)``, the committed bytes of the other jobs plus X's curve stay within
+the budget. The others' *future* iterations are not in the sum: they are gated in turn and
+will see X's iteration as committed. So, as long as jobs progress as predicted, the sum of all
+committed iterations never exceeds the budget (the allocator's budget is the safety net for
+mispredictions).
+
+Time is cut into bins of ``dt`` seconds and every profile takes the *largest* bytes inside each
+bin, so the check is conservative by at most one bin's change of a curve (``dt`` defaults to the
+shortest iteration / 256).
+
+No deadlock: once every committed iteration has ended, the others hold only persistent bytes,
+so X fits iff ``budget >= peak_X + sum(persistent of the others)``. For a budget at least the
+group's *minimal feasible budget* ``max_i(peak_i + sum_{j != i} persistent_j)`` (the largest
+single-job peak with its partners idle) every request gets a finite delay, and when no
+iteration is in flight the first waiter starts at once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .curves import MemoryCurve
+
+# Relative slack on budget comparisons, for float rounding only (1e-9 of the budget).
+BUDGET_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """What one other job holds from now on.
+
+    Attributes:
+        curve: its memory curve.
+        iteration_s: its expected iteration time now (contention included), seconds.
+        fraction: how far its in-flight iteration is, in [0, 1); None if it is not iterating
+            (then it holds ``curve.persistent_bytes``).
+        start_in_s: for a *reserved* iteration (a waiter ahead in line), seconds from now to its
+            start; None for an in-flight or idle job.
+    """
+
+    curve: MemoryCurve
+    iteration_s: float
+    fraction: float | None = None
+    start_in_s: float | None = None
+
+
+def bin_max(curve: MemoryCurve, start_fraction: float, bin_fraction: float, nbins: int,
+            after: float) -> np.ndarray:
+    """Largest bytes inside each of ``nbins`` bins of ``bin_fraction`` of an iteration, from
+    ``start_fraction`` on; bytes past the iteration's end (fraction 1) are ``after``.
+
+    Returns shape (nbins,) bytes. Conservative: a step that begins inside a bin raises it.
+    """
+    edges = start_fraction + np.arange(nbins) * bin_fraction
+    out = np.where(edges < 1.0, curve.at(np.minimum(edges, 1.0 - 1e-12)), after)
+    f = curve.fractions
+    inside = (f > start_fraction) & (f < 1.0)
+    idx = np.floor((f[inside] - start_fraction) / bin_fraction).astype(np.int64)
+    ok = idx < nbins
+    np.maximum.at(out, idx[ok], curve.bytes[inside][ok])
+    end_bin = math.floor((1.0 - start_fraction) / bin_fraction)
+    if 0 <= end_bin < nbins:
+        out[end_bin] = max(out[end_bin], after)
+    return out
+
+
+def iteration_bins(curve: MemoryCurve, iteration_s: float, dt: float) -> np.ndarray:
+    """One whole iteration of ``curve`` lasting ``iteration_s`` on bins of ``dt`` seconds;
+    shape (ceil(iteration_s / dt),). The last bin also covers the return to persistent bytes."""
+    n = max(1, math.ceil(iteration_s / dt - 1e-9))
+    return bin_max(curve, 0.0, dt / iteration_s, n, curve.persistent_bytes)
+
+
+def committed_profile(others: Sequence[Commitment], dt: float, nbins: int) -> np.ndarray:
+    """Bytes the other jobs hold over the next ``nbins`` bins of ``dt`` seconds; shape (nbins,).
+
+    In-flight jobs hold the rest of their curve, then persistent bytes; idle jobs hold persistent
+    bytes; reserved iterations hold their curve from ``start_in_s`` for one iteration.
+    """
+    total = np.zeros(nbins)
+    for c in others:
+        persistent = c.curve.persistent_bytes
+        if c.start_in_s is not None:
+            prof = np.full(nbins, persistent)
+            k0 = int(math.floor(c.start_in_s / dt + 1e-9))
+            seg = iteration_bins(c.curve, c.iteration_s, dt)
+            k1 = min(nbins, k0 + len(seg))
+            if k0 < nbins:
+                prof[k0:k1] = np.maximum(prof[k0:k1], seg[: k1 - k0])
+            total += prof
+        elif c.fraction is not None:
+            f = min(max(float(c.fraction), 0.0), 1.0 - 1e-9)
+            total += bin_max(c.curve, f, dt / c.iteration_s, nbins, persistent)
+        else:
+            total += persistent
+    return total
+
+
+def horizon_bins(others: Sequence[Commitment], dt: float, extra_bins: int) -> int:
+    """Bins needed to see every commitment end, plus ``extra_bins``."""
+    end = 0.0
+    for c in others:
+        if c.start_in_s is not None:
+            end = max(end, c.start_in_s + c.iteration_s)
+        elif c.fraction is not None:
+            end = max(end, (1.0 - min(max(c.fraction, 0.0), 1.0)) * c.iteration_s)
+    return math.ceil(end / dt) + extra_bins + 2
+
+
+def least_start_bin(profile: np.ndarray, job_bins: np.ndarray, budget_bytes: float) -> int | None:
+    """Smallest ``k`` with ``max_m(profile[k + m] + job_bins[m]) <= budget``; None if none does
+    within the profile (extend the profile past every commitment to be sure none exists).
+
+    Shapes: ``profile`` (K,), ``job_bins`` (R,) with K >= R.
+    """
+    r = len(job_bins)
+    if len(profile) < r:
+        raise ValueError(f"profile of {len(profile)} bins is shorter than the job's {r} bins")
+    peaks = (sliding_window_view(profile, r) + job_bins[None, :]).max(axis=1)
+    ok = np.flatnonzero(peaks <= budget_bytes * (1 + BUDGET_RTOL))
+    return int(ok[0]) if len(ok) else None
+
+
+def least_delay_s(job: Commitment, others: Sequence[Commitment], budget_bytes: float, dt: float) -> float | None:
+    """Least delay in seconds (a multiple of ``dt``) after which ``job`` may start an iteration
+    given the others' commitments; 0.0 means "now"; None when the budget can never hold it
+    (``budget < peak_job + sum(persistent of the others)``).
+    """
+    bins = iteration_bins(job.curve, job.iteration_s, dt)
+    n = horizon_bins(others, dt, len(bins))
+    k = least_start_bin(committed_profile(others, dt, n), bins, budget_bytes)
+    return None if k is None else k * dt
+
+
+def minimal_feasible_budget(curves: Sequence[MemoryCurve]) -> float:
+    """``max_i(peak_i + sum_{j != i} persistent_j)``: the least budget under which gating can run
+    every job of the group (one at a time, the others idle). Bytes."""
+    if not curves:
+        return 0.0
+    persistent = sum(c.persistent_bytes for c in curves)
+    return max(c.peak_bytes + persistent - c.persistent_bytes for c in curves)

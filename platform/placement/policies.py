@@ -1,0 +1,170 @@
+"""Placement policies behind one interface, ``place(state) -> list[Placement]``.
+
+* :class:`FirstFitFifo` — the baseline: one job per device, FIFO order, first device that
+  fits, with conservative backfill.
+* :class:`MemoryAware` — Zico's policy: co-locate jobs in groups with the largest memory
+  saving at bounded predicted slowdown, weighted fair share of device-memory-seconds.
+
+Both respect tenant quotas and never put two tenants' jobs together unless both allow it.
+Policies are pure: the same state gives the same placements; they do not mutate the state.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Hashable, Protocol, Sequence
+
+from .gating import BUDGET_RTOL, minimal_feasible_budget
+from .groups import plan_group
+from .state import ClusterState, Device, Job, Placement, SharingPlan
+from .tenancy import Quotas, fair_order, fifo_order, may_share
+
+
+class Policy(Protocol):
+    name: str
+
+    def place(self, state: ClusterState) -> list[Placement]:
+        """Placements for (some of) ``state.queued``; jobs left out stay queued."""
+
+
+class PlanCache:
+    """Memoises :func:`plan_group` by the group's (curve key, compute share) list and budget,
+    so equal workloads are evaluated once (the scale benchmark relies on it)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple, SharingPlan | None] = {}
+        self.misses = 0
+
+    def plan(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
+        key = (tuple((j.curve_key, j.compute_share) for j in jobs), float(budget_bytes))
+        if key not in self._plans:
+            self.misses += 1
+            self._plans[key] = plan_group(jobs, budget_bytes)
+        plan = self._plans[key]
+        return None if plan is None else dataclasses.replace(plan, job_ids=tuple(j.id for j in jobs))
+
+
+def _fits_anywhere(job: Job, devices: Sequence[Device]) -> bool:
+    return any(job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL) for d in devices)
+
+
+class FirstFitFifo:
+    """One job per device, in FIFO order (priority, then submission), on the first empty device
+    whose budget holds the job's peak.
+
+    Backfill: when a job finds no device, it becomes the *blocked head*; later jobs may then
+    only take devices too small for the head, so they never delay it. Jobs no device could
+    ever hold, and jobs over their tenant's quota, are skipped without blocking anyone.
+    """
+
+    name = "fifo"
+
+    def __init__(self, cache: PlanCache | None = None) -> None:
+        self.cache = cache or PlanCache()
+
+    def place(self, state: ClusterState) -> list[Placement]:
+        free = [d for d in state.devices if not d.running]
+        quotas = Quotas(state)
+        head_peak: float | None = None
+        out: list[Placement] = []
+        for job in fifo_order(state.queued):
+            if not quotas.allows(job) or not _fits_anywhere(job, state.devices):
+                continue
+            dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)
+                        and (head_peak is None or d.budget_bytes < head_peak)), None)
+            if dev is None:
+                if head_peak is None:
+                    head_peak = job.peak_bytes
+                continue
+            plan = self.cache.plan([job], dev.budget_bytes)
+            out.append(Placement(job.id, dev.id, plan))
+            free.remove(dev)
+            quotas.add(job)
+        return out
+
+
+class MemoryAware:
+    """Zico's co-location policy.
+
+    For each job in weighted-fair-share order: among devices whose group may take it (fewer
+    than ``max_group`` jobs, tenants allow, a sharing plan exists under the budget, every
+    job's predicted slowdown <= ``max_slowdown``) pick the group with the largest memory saving
+    (sum of peaks minus predicted peak); while empty devices are at least as many as the jobs
+    still to consider, an empty device (best fit) is taken instead, so an idle cluster spreads
+    out and a busy one packs. Jobs that fit nowhere are skipped (later jobs backfill).
+
+    Args:
+        max_group: most jobs per device (>= 1).
+        max_slowdown: bound on every group member's predicted slowdown (>= 1).
+        cache: a shared :class:`PlanCache` (the service keeps one across rounds).
+    """
+
+    name = "memory-aware"
+
+    def __init__(self, max_group: int = 2, max_slowdown: float = 1.6, cache: PlanCache | None = None) -> None:
+        if max_group < 1:
+            raise ValueError(f"max_group must be >= 1, got {max_group}")
+        if max_slowdown < 1:
+            raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown}")
+        self.max_group = max_group
+        self.max_slowdown = max_slowdown
+        self.cache = cache or PlanCache()
+
+    def place(self, state: ClusterState) -> list[Placement]:
+        groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
+        budgets = {d.id: d.budget_bytes for d in state.devices}
+        # devices with equal budget and equal group are interchangeable: evaluate one of each
+        buckets: dict[tuple, list[Hashable]] = {}
+        for d in state.devices:
+            buckets.setdefault(self._signature(d.budget_bytes, groups[d.id]), []).append(d.id)
+        quotas = Quotas(state)
+        left = len(state.queued)
+        out: list[Placement] = []
+        for job in fair_order(state):
+            left -= 1
+            if not quotas.allows(job):
+                continue
+            choice = self._choose(job, buckets, groups, budgets, state, left)
+            if choice is None:
+                continue
+            dev_id, plan = choice
+            sig = self._signature(budgets[dev_id], groups[dev_id])
+            buckets[sig].remove(dev_id)
+            if not buckets[sig]:
+                del buckets[sig]
+            groups[dev_id].append(job)
+            buckets.setdefault(self._signature(budgets[dev_id], groups[dev_id]), []).append(dev_id)
+            out.append(Placement(job.id, dev_id, plan))
+            quotas.add(job)
+        return out
+
+    @staticmethod
+    def _signature(budget: float, group: Sequence[Job]) -> tuple:
+        return (budget, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
+
+    def _choose(self, job, buckets, groups, budgets, state, left):
+        empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[1])
+        best_empty = None
+        best_share = None
+        for sig, ids in buckets.items():
+            dev_id = ids[0]
+            group, budget = groups[dev_id], budgets[dev_id]
+            if not group:
+                if job.peak_bytes <= budget * (1 + BUDGET_RTOL) and (best_empty is None or budget < budgets[best_empty]):
+                    best_empty = dev_id
+                continue
+            if len(group) >= self.max_group or not may_share(job, group, state.tenants):
+                continue
+            members = group + [job]
+            if minimal_feasible_budget([j.curve for j in members]) > budget * (1 + BUDGET_RTOL):
+                continue
+            plan = self.cache.plan(members, budget)
+            if plan is None or max(plan.predicted_slowdown) > self.max_slowdown:
+                continue
+            score = (plan.saving_bytes, -max(plan.predicted_slowdown))
+            if best_share is None or score > best_share[0]:
+                best_share = (score, dev_id, plan)
+        if best_empty is not None and (best_share is None or empty_count > left):
+            return best_empty, self.cache.plan([job], budgets[best_empty])
+        if best_share is not None:
+            return best_share[1], best_share[2]
+        return None

@@ -1,0 +1,85 @@
+"""Tenant rules for placement: queue order (FIFO, or weighted fair share of device-memory-
+seconds), quotas, and whether jobs of different tenants may share a device.
+
+Note [Fair share of device-memory-seconds]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A job is charged its peak bytes times its run seconds (a co-located job is charged its own
+peak, not its share of the group's smaller peak: sharing's saving goes to the cluster). A
+tenant's *normalised usage* is (usage so far + the charge of the jobs it had placed in this
+round, at their expected run time) / weight. The next job considered is the best job (priority,
+then submission time) of the tenant with the smallest normalised usage, so over time every
+tenant's device-memory-seconds approach their weight's share (as in weighted fair queuing).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from typing import Hashable, Iterable, Iterator, Mapping, Sequence
+
+from .state import ClusterState, Job, Tenant
+
+
+def fifo_key(job: Job) -> tuple:
+    """Higher priority first, then earlier submission, then id (a total order)."""
+    return (-job.priority, job.submitted_s, str(job.id))
+
+
+def expected_charge(job: Job) -> float:
+    """Byte-seconds a job will be charged if run alone: peak bytes x iterations x iteration s."""
+    return job.peak_bytes * job.iterations * job.curve.iteration_s
+
+
+def fifo_order(jobs: Iterable[Job]) -> list[Job]:
+    return sorted(jobs, key=fifo_key)
+
+
+def fair_order(state: ClusterState) -> Iterator[Job]:
+    """Queued jobs in weighted-fair-share order (Note above). A lazy iterator: the projected
+    charge of each yielded job counts for its tenant from then on (whether or not the caller
+    manages to place it: a tenant whose head job cannot be placed does not jump ahead)."""
+    per_tenant: dict[Hashable, list[Job]] = defaultdict(list)
+    for job in state.queued:
+        per_tenant[job.tenant].append(job)
+    for jobs in per_tenant.values():
+        jobs.sort(key=fifo_key, reverse=True)  # pop() takes the best
+    usage = {t: state.tenants[t].usage_byte_seconds for t in per_tenant}
+    heap = [(usage[t] / state.tenants[t].weight, str(t), t) for t in per_tenant]
+    heapq.heapify(heap)
+    while heap:
+        _, name, t = heapq.heappop(heap)
+        job = per_tenant[t].pop()
+        yield job
+        usage[t] += expected_charge(job)
+        if per_tenant[t]:
+            heapq.heappush(heap, (usage[t] / state.tenants[t].weight, name, t))
+
+
+class Quotas:
+    """Running-job and device-byte quotas per tenant, counting jobs already running and those
+    placed during this round (call :meth:`add` after each placement)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._tenants: Mapping[Hashable, Tenant] = state.tenants
+        self._jobs: dict[Hashable, int] = defaultdict(int)
+        self._bytes: dict[Hashable, float] = defaultdict(float)
+        for d in state.devices:
+            for j in d.running:
+                self.add(j)
+
+    def allows(self, job: Job) -> bool:
+        t = self._tenants[job.tenant]
+        if t.max_running_jobs is not None and self._jobs[job.tenant] + 1 > t.max_running_jobs:
+            return False
+        if t.max_device_bytes is not None and self._bytes[job.tenant] + job.peak_bytes > t.max_device_bytes:
+            return False
+        return True
+
+    def add(self, job: Job) -> None:
+        self._jobs[job.tenant] += 1
+        self._bytes[job.tenant] += job.peak_bytes
+
+
+def may_share(job: Job, group: Sequence[Job], tenants: Mapping[Hashable, Tenant]) -> bool:
+    """Cross-tenant co-location only when both tenants allow it; same-tenant always may."""
+    mine = tenants[job.tenant].allow_cross_tenant
+    return all(o.tenant == job.tenant or (mine and tenants[o.tenant].allow_cross_tenant) for o in group)

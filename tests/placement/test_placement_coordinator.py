@@ -1,0 +1,136 @@
+"""The coordinator on a manual clock (decisions, delay records, budget changes) and with real
+worker-style threads (blocking waits)."""
+import threading
+import time
+
+import pytest
+
+from placement.coordinator import Coordinator
+from placement.curves import triangular_curve
+from placement.device_sim import DeviceRun, DeviceStats
+from placement.state import Job
+
+GB = 1e9
+M0, P = 1.0 * GB, 5.0 * GB
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _pair(budget, clock):
+    c = triangular_curve(M0, P, iteration_s=1.0)
+    coord = Coordinator(budget, clock=clock)
+    coord.add_job("a", c)
+    coord.add_job("b", c)
+    return coord
+
+
+def test_the_second_job_waits_half_an_iteration_under_the_tightest_budget():
+    clock = Clock()
+    coord = _pair((P + M0) * 1.01, clock)
+    assert coord.request_start("a").admit
+    d = coord.request_start("b")
+    assert not d.admit and d.reason == "budget"
+    assert d.delay_s == pytest.approx(0.5, abs=0.01)
+    clock.t = d.delay_s
+    assert coord.request_start("b").admit
+    [rec] = coord.delays
+    assert (rec.job_id, rec.iteration, rec.reason) == ("b", 0, "budget")
+    assert rec.delay_ms == pytest.approx(500, abs=10)
+
+
+def test_a_job_that_fits_starts_at_once_and_leaves_no_record():
+    clock = Clock()
+    coord = _pair(2 * P, clock)
+    assert coord.request_start("a").admit and coord.request_start("b").admit
+    assert coord.delays == []
+
+
+def test_asking_twice_for_the_same_iteration_is_an_error():
+    coord = _pair(2 * P, Clock())
+    coord.request_start("a")
+    with pytest.raises(RuntimeError, match="in flight"):
+        coord.request_start("a")
+
+
+def test_below_the_minimal_budget_the_answer_is_wait_for_a_change():
+    clock = Clock()
+    coord = _pair((P + M0) * 0.9, clock)
+    d = coord.request_start("a")
+    assert (d.admit, d.delay_s, d.reason) == (False, None, "infeasible")
+    coord.set_budget(2 * P)
+    assert coord.request_start("a").admit
+
+
+def test_an_earlier_waiter_is_not_overtaken():
+    """Time slicing regime: when a ends, b (waiting) goes before a's next iteration."""
+    clock = Clock()
+    c = triangular_curve(M0, P, iteration_s=1.0, forward_fraction=0.9)  # flat-ish tops: no overlap fits
+    coord = Coordinator(P + M0 + 0.01 * GB, clock=clock)
+    coord.add_job("a", c)
+    coord.add_job("b", c)
+    assert coord.request_start("a").admit
+    assert not coord.request_start("b").admit
+    clock.t = 1.0
+    coord.end_iteration("a")
+    d = coord.request_start("a")
+    assert not d.admit and d.reason == "line"
+    assert coord.request_start("b").admit
+
+
+def test_bad_input_is_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="budget_bytes"):
+        Coordinator(0)
+    coord = _pair(2 * P, Clock())
+    with pytest.raises(ValueError, match="already"):
+        coord.add_job("a", triangular_curve(M0, P))
+    with pytest.raises(ValueError, match="fraction"):
+        coord.report_progress("a", 1.5)
+
+
+def test_a_lower_budget_holds_within_two_iterations():
+    c = triangular_curve(M0, P, iteration_s=1.0)
+    run = DeviceRun(2 * P)
+    run.add_job(Job("a", "t", c, iterations=40, compute_share=0.5))
+    run.add_job(Job("b", "t", c, iterations=40, compute_share=0.5))
+    run.advance_to(10.0)
+    assert run.stats.peak_bytes > 1.5 * P          # in phase while the budget allowed it
+    new_budget = (P + M0) * 1.02
+    run.gate.set_budget(new_budget)
+    run.advance_to(12.0)                             # two iterations to settle
+    run.stats = DeviceStats()
+    run.advance_to(30.0)
+    assert 0 < run.stats.peak_bytes <= new_budget * (1 + 1e-6)
+
+
+def test_worker_threads_block_until_their_gate_opens():
+    """Real threads and a real clock: two jobs of 40 ms iterations under the tightest budget
+    never have their rising halves overlap."""
+    c = triangular_curve(M0, P, iteration_s=0.04)
+    coord = Coordinator((P + M0) * 1.01)
+    starts = {"a": [], "b": []}
+    for j in starts:
+        coord.add_job(j, c)
+
+    def job(name):
+        for _ in range(5):
+            assert coord.wait_to_start(name, timeout_s=5)
+            starts[name].append(time.monotonic())
+            time.sleep(0.04)
+            coord.end_iteration(name)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in starts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert all(len(v) == 5 for v in starts.values())
+    # the first start of the later job is about half an iteration after the other's
+    first = sorted([starts["a"][0], starts["b"][0]])
+    assert first[1] - first[0] >= 0.015
+    assert any(r.reason == "budget" for r in coord.delays)
