@@ -140,8 +140,10 @@ def browser(monkeypatch):
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
+        # While Playwright's loop runs, Django keeps this thread's connections in a context-local store
+        # (asgiref), apart from the usual ones: close them here, or they outlive the test database.
+        connections.close_all()
         b.close()
-    connections.close_all()  # the test body's connection, opened while Playwright's loop ran
 
 
 @pytest.fixture
@@ -153,6 +155,7 @@ def page(browser, live_server):
     pg.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
     pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     yield pg
+    pg.goto("about:blank")  # stop the page's polling before the live server and database go away
     context.close()
     assert not problems, problems
 
