@@ -57,6 +57,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "zico.ratelimits.SignInRateLimitMiddleware",  # rate limits on web and admin sign-in POSTs
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -138,6 +139,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Per API token (or per session user); see RATE_LIMITS below and zico/ratelimits.py.
+    "DEFAULT_THROTTLE_CLASSES": ["zico.ratelimits.ApiUseThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
@@ -162,6 +165,46 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
+
+# --- Rate limits (zico/ratelimits.py) -------------------------------------------------------
+# Counters live in Redis (the "ratelimit" cache) so that every gunicorn process shares them. While Redis
+# is unreachable each process counts on its own: no request is refused because Redis is down.
+# A rate is "N/P" (django-ratelimit syntax): N requests per period P = [count]s|m|h|d, e.g. "10/5m";
+# "off" switches a limit off.
+def _rate(var: str, default: str) -> str | None:
+    import re
+
+    value = env.str(var, default=default).strip()
+    if value.lower() == "off":
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", value):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{var}={value!r}: expected a rate like '10/m' or '30/5m', or 'off'")
+    return value
+
+
+RATE_LIMITS = {
+    "signin_ip": _rate("ZICO_RATE_SIGNIN_IP", "30/5m"),             # sign-in POSTs (web, admin) per client IP
+    "signin_user": _rate("ZICO_RATE_SIGNIN_USER", "10/5m"),         # sign-in POSTs per username tried
+    "api": _rate("ZICO_RATE_API", "1200/m"),                        # API requests per token (or session user)
+    "api_bad_token": _rate("ZICO_RATE_API_BAD_TOKEN", "30/m"),      # refused API tokens per client IP
+    "job_submit_user": _rate("ZICO_RATE_JOB_SUBMIT_USER", "30/m"),  # POST /api/jobs/ per user
+    "job_submit_tenant": _rate("ZICO_RATE_JOB_SUBMIT_TENANT", "120/m"),  # POST /api/jobs/ per tenant
+}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},  # Django's own default
+    "ratelimit": {
+        "BACKEND": "zico.ratelimits.FallbackRedisCache",  # django.core.cache.backends.redis.RedisCache + fallback
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "zico:rl",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},  # seconds; a hung Redis costs little
+    },
+}
+RATELIMIT_USE_CACHE = "ratelimit"
+RATELIMIT_FAIL_OPEN = True  # a count that cannot be read never refuses a request
+# Request.META key holding the client address; behind a reverse proxy e.g. HTTP_X_REAL_IP.
+RATELIMIT_IP_META_KEY = env.str("ZICO_CLIENT_IP_META", default="REMOTE_ADDR")
 
 LOGGING = {
     "version": 1,

@@ -8,6 +8,11 @@ import os
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/zico")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Rate limits out of the way of the rest of the suite (personas reuse usernames, every client is
+# 127.0.0.1); tests/security sets the rates it tests explicitly (override_settings(RATE_LIMITS=...)).
+for _var in ("ZICO_RATE_SIGNIN_IP", "ZICO_RATE_SIGNIN_USER", "ZICO_RATE_API", "ZICO_RATE_API_BAD_TOKEN",
+             "ZICO_RATE_JOB_SUBMIT_USER", "ZICO_RATE_JOB_SUBMIT_TENANT"):
+    os.environ.setdefault(_var, "100000/m")
 os.environ["DJANGO_SETTINGS_MODULE"] = "zico.test_settings"  # inherited by worker subprocesses
 
 from .settings import *  # noqa: E402,F401,F403

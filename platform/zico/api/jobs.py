@@ -11,6 +11,7 @@ from zico.cluster.models import Placement
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
+from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
@@ -106,11 +107,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
                 qs = qs.filter(tenant__slug=t)
         return qs
 
+    def get_throttles(self):
+        # Rate limits (zico/ratelimits.py): submissions also count per user; per tenant in create().
+        if self.action == "create":
+            return [ApiUseThrottle(), JobSubmitUserThrottle()]
+        return super().get_throttles()
+
     def create(self, request, *args, **kwargs):
         spec = JobSubmitSerializer(data=request.data, context={"request": request})
         spec.is_valid(raise_exception=True)
         d = spec.validated_data
         require_role(d["tenant"], request.user, Role.MEMBER, "submitting a job")
+        check_job_submit_tenant(request, d["tenant"])  # 429 once the tenant's submission rate is spent
         try:
             job = submit_job(tenant=d["tenant"], owner=request.user, workload=d["workload"], params=d["params"],
                              budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"])

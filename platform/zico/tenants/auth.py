@@ -1,11 +1,14 @@
 """DRF authentication by personal API token: ``Authorization: Bearer zico_<prefix>_<secret>``.
 
 ``Token`` is accepted as the keyword too. A malformed, unknown or revoked token, or one whose
-user is inactive, is refused with 401 (it never falls back to anonymous).
+user is inactive, is refused with 401 (it never falls back to anonymous). Refused tokens are
+counted per client IP (``RATE_LIMITS["api_bad_token"]``); past that limit the answer is 429.
 """
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
+
+from zico.ratelimits import count_bad_token
 
 from .models import ApiToken
 
@@ -25,6 +28,7 @@ class ApiTokenAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed("Authorization header: token must be ASCII") from None
         token = ApiToken.authenticate(raw)
         if token is None:
+            count_bad_token(request)  # raises Throttled (429) once this IP is over its limit
             raise exceptions.AuthenticationFailed("invalid or revoked API token")
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("the token's user is inactive")

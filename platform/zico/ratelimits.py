@@ -1,0 +1,195 @@
+"""Rate limits: sign-in (web and admin), API use per token, bad API tokens per IP, job submission
+per user and per tenant.
+
+Counting is django-ratelimit's fixed-window counter (``django_ratelimit.core.get_usage``: an atomic
+``add`` + ``incr`` per window) on the ``ratelimit`` cache, a Django ``RedisCache``, so every gunicorn
+process shares one count. The API side plugs in as DRF throttle classes (``DEFAULT_THROTTLE_CLASSES``
+and ``JobViewSet.get_throttles``); the sign-in side as a middleware, because Django's ``LoginView``
+and ``admin.site.login`` are the views to guard and neither is ours to decorate.
+
+Rates come from ``settings.RATE_LIMITS`` (one table, read from the environment, see README) and are
+read at request time. A rate is ``"N/P"`` in django-ratelimit's syntax (``"10/5m"``: 10 per 5
+minutes); ``None`` switches that limit off.
+
+Note [Redis down]: the limits fail open, softly. While Redis is unreachable, :class:`FallbackRedisCache`
+counts in process-local memory (and retries Redis every ``REDIS_RETRY_S`` seconds), so no request is
+refused *because* Redis is down — reads and writes go on — yet sign-in and submission stay bounded per
+process (the cluster-wide bound becomes rate × gunicorn processes). Counts made during the outage are
+not carried over to Redis.
+
+A refused request gets HTTP 429 with ``Retry-After`` (seconds) and a message naming the limit.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.cache.backends.redis import RedisCache
+from django.http import HttpResponse
+from django_ratelimit.core import get_usage
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rest_framework import exceptions
+from rest_framework.throttling import BaseThrottle
+
+log = logging.getLogger(__name__)
+
+REDIS_RETRY_S = 5.0  # while Redis is down, how long a process counts locally before trying Redis again
+SIGNIN_VIEWS = ("login", "admin:login")  # URL names of the sign-in views (web form, Django admin)
+
+
+# -- the shared counter store ---------------------------------------------------------------------
+class FallbackRedisCache(RedisCache):
+    """Django's ``RedisCache`` that switches to a process-local ``LocMemCache`` while Redis is unreachable.
+
+    Only the operations the counters use are wrapped: ``add``, ``get``, ``set``, ``incr``, ``delete``.
+    A ``redis`` ConnectionError/TimeoutError marks Redis down for ``REDIS_RETRY_S`` seconds (process-wide)
+    and logs one warning per outage; the call is then served by the local cache.
+    """
+
+    _down_until = 0.0  # time.monotonic() until which this process skips Redis (shared by all threads)
+    _lock = threading.Lock()
+
+    def __init__(self, server, params):
+        super().__init__(server, params)
+        self._local = LocMemCache(f"zico-ratelimit-fallback:{self.key_prefix}",
+                                  {"OPTIONS": {"MAX_ENTRIES": 100_000}, "KEY_PREFIX": self.key_prefix})
+
+    def _call(self, name: str, *args, **kwargs):
+        cls = type(self)
+        if time.monotonic() >= cls._down_until:
+            try:
+                return getattr(super(), name)(*args, **kwargs)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                with cls._lock:
+                    if time.monotonic() >= cls._down_until:
+                        log.warning("rate-limit cache: Redis unreachable (%s); counting per process for %.0f s",
+                                    exc, REDIS_RETRY_S)
+                    cls._down_until = time.monotonic() + REDIS_RETRY_S
+        return getattr(self._local, name)(*args, **kwargs)
+
+    def add(self, *args, **kwargs):
+        return self._call("add", *args, **kwargs)
+
+    def get(self, *args, **kwargs):
+        return self._call("get", *args, **kwargs)
+
+    def set(self, *args, **kwargs):
+        return self._call("set", *args, **kwargs)
+
+    def incr(self, *args, **kwargs):
+        return self._call("incr", *args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        return self._call("delete", *args, **kwargs)
+
+
+# -- counting -------------------------------------------------------------------------------------
+def hit(request, limit: str, key: str | None) -> tuple[bool, int]:
+    """Count one request against ``settings.RATE_LIMITS[limit]`` for ``key`` (None: the client IP, read by
+    django-ratelimit from ``RATELIMIT_IP_META_KEY``, default ``REMOTE_ADDR``, IPv6 masked to /64).
+
+    Returns (over the limit, seconds until the window ends). A limit set to None never refuses.
+    Raises KeyError naming ``limit`` when it is not in ``settings.RATE_LIMITS``.
+    """
+    rate = settings.RATE_LIMITS[limit]
+    if rate is None:
+        return False, 0
+    usage = get_usage(request, group=f"zico.{limit}", key="ip" if key is None else (lambda _g, _r: key),
+                      rate=rate, increment=True)
+    if usage is None:  # RATELIMIT_ENABLE off, or the count could not be read (fail open)
+        return False, 0
+    return usage["should_limit"], max(1, int(usage["time_left"]))
+
+
+def _throttled(limit: str, what: str, wait: int) -> exceptions.Throttled:
+    rate = settings.RATE_LIMITS[limit]
+    return exceptions.Throttled(wait=wait, detail=f"rate limit exceeded: {what} (limit {rate}); "
+                                                  f"retry in {wait} s")
+
+
+# -- DRF throttles ----------------------------------------------------------------------------------
+class ApiUseThrottle(BaseThrottle):
+    """Every API request: limit ``api`` per API token, or per user when signed in with a session.
+
+    Anonymous requests are not counted here (every endpoint needs authentication, and refused tokens
+    are counted per IP by :func:`count_bad_token`). Raises ``Throttled`` (429 + Retry-After) when over.
+    """
+
+    def allow_request(self, request, view) -> bool:
+        from zico.tenants.models import ApiToken
+
+        if isinstance(request.auth, ApiToken):
+            key, what = f"token:{request.auth.pk}", f"requests with API token {request.auth.prefix}"
+        elif getattr(request.user, "is_authenticated", False):
+            key, what = f"user:{request.user.pk}", f"API requests by {request.user.get_username()}"
+        else:
+            return True
+        over, wait = hit(request, "api", key)
+        if over:
+            raise _throttled("api", what, wait)
+        return True
+
+
+class JobSubmitUserThrottle(BaseThrottle):
+    """POST /api/jobs/: limit ``job_submit_user`` per user (counted whether or not the spec is valid)."""
+
+    def allow_request(self, request, view) -> bool:
+        user = request.user
+        if not getattr(user, "is_authenticated", False):
+            return True
+        over, wait = hit(request, "job_submit_user", f"user:{user.pk}")
+        if over:
+            raise _throttled("job_submit_user", f"job submissions by {user.get_username()}", wait)
+        return True
+
+
+def check_job_submit_tenant(request, tenant) -> None:
+    """Count one job submission to ``tenant`` (limit ``job_submit_tenant``); raise ``Throttled`` when over.
+
+    Called by the jobs API once the tenant is known (DRF throttles run before the body is parsed).
+    """
+    over, wait = hit(request, "job_submit_tenant", f"tenant:{tenant.pk}")
+    if over:
+        raise _throttled("job_submit_tenant", f"job submissions to tenant {tenant.slug}", wait)
+
+
+def count_bad_token(request) -> None:
+    """Count one refused API token from the client's IP (limit ``api_bad_token``); raise ``Throttled``
+    (429 instead of 401) once over, so guessing tokens costs an attacker the window."""
+    over, wait = hit(request, "api_bad_token", None)
+    if over:
+        raise _throttled("api_bad_token", "refused API tokens from your address", wait)
+
+
+# -- sign-in -------------------------------------------------------------------------------------
+class SignInRateLimitMiddleware:
+    """Limit sign-in POSTs to the views named in ``SIGNIN_VIEWS``: ``signin_ip`` per client IP and
+    ``signin_user`` per username tried (case-folded). Both count every attempt, good or bad; a refused
+    attempt is a 429 page with Retry-After and never reaches the password check."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        match = request.resolver_match
+        if request.method != "POST" or match is None or match.view_name not in SIGNIN_VIEWS:
+            return None
+        username = request.POST.get("username", "").strip().casefold()[:150]
+        over_ip, wait_ip = hit(request, "signin_ip", None)
+        over_user, wait_user = hit(request, "signin_user", f"user:{username}") if username else (False, 0)
+        if not (over_ip or over_user):
+            return None
+        wait = max(wait_ip if over_ip else 0, wait_user if over_user else 0)
+        what = "for this account" if over_user else "from your address"
+        log.warning("sign-in refused %s (remote %s, username %r)", what, request.META.get("REMOTE_ADDR"), username)
+        body = (f"<!doctype html><title>Too many sign-in attempts</title><h1>Too many sign-in attempts</h1>"
+                f"<p>Too many sign-in attempts {html.escape(what)}. Try again in {wait} seconds.</p>")
+        return HttpResponse(body, status=429, headers={"Retry-After": str(wait)})
