@@ -6,8 +6,10 @@ Note [Live updates by polling]
     event streams because the web runs as gunicorn sync workers (docker-compose.yml): an open event stream
     would pin one of its three workers per open tab. A 1 s period keeps a sample's way from Redis to the
     chart under 2 s (issue 7), a cursor means no sample is missed or shown twice between polls, and a page
-    recovers by itself after a Redis outage. Stream ids are Redis' millisecond clock, so the first read of a
-    window seeks straight to ``now - window`` instead of scanning the stream.
+    recovers by itself after a Redis outage. Stream ids are Redis' millisecond clock, so a page's first read
+    seeks straight to ``now - BACKFILL_S`` instead of scanning the stream; older points come from the database.
+    Every poll scans the shared stream's new entries for its device or job: about 500 entries a second for
+    100 jobs at 5 Hz, cheap at that scale; per-device streams would be the next step beyond it.
 
 Every read catches ``redis.RedisError`` and reports ``ok=False`` instead of raising, so a page still
 serves the stored timeline (``zico.telemetry.models.TimelinePoint``) when Redis is down.
@@ -61,18 +63,18 @@ def _valid_cursor(cursor: str | None) -> str | None:
 
 
 def read_samples(match: Callable[[dict[str, Any]], bool], cursor: str | None = None,
-                 backfill_s: float = BACKFILL_S, now_s: float | None = None) -> LiveRead:
+                 backfill_s: float = BACKFILL_S) -> LiveRead:
     """Samples from ``keys.TELEMETRY_STREAM`` after ``cursor`` for which ``match(sample)`` is true.
 
     Args:
         match: filter on the decoded sample dict (``job``, ``device``, ``t`` s, ``allocated``/``reserved``
             bytes, ``iteration``, ``phase``; device rows also ``device_used``/``budget`` bytes).
-        cursor: the last stream id the caller saw; None for a first read, which returns the last
-            ``backfill_s`` seconds.
-        now_s: the current unix time for a first read (defaults to the Redis server's clock).
+        cursor: the last stream id the caller saw; None for a first read, which covers the last
+            ``backfill_s`` seconds by the Redis server's clock (so a skewed web host clock loses nothing).
     Returns:
-        LiveRead with samples in stream order and the cursor to pass next time (the input cursor when
-        nothing new arrived). At most ``MAX_SAMPLES_PER_READ`` entries are scanned per call.
+        LiveRead with samples in stream order and the cursor to pass next time (the stream's last id, or
+        the input cursor when nothing new arrived). At most ``MAX_SAMPLES_PER_READ`` entries are read, the
+        newest ones: a reader that fell further behind skips ahead (a gap in a live chart beats a lag).
     Raises:
         ValueError: ``cursor`` is not a stream id.
     """
@@ -80,28 +82,26 @@ def read_samples(match: Callable[[dict[str, Any]], bool], cursor: str | None = N
     r = client()
     try:
         if cursor is None:
-            if now_s is None:
-                sec, usec = r.time()
-                now_s = sec + usec / 1e6
-            start = str(int((now_s - backfill_s) * 1000))
+            sec, usec = r.time()
+            start = str(max(0, int((sec + usec / 1e6 - backfill_s) * 1000)))
         else:
             start = "(" + cursor
-        entries = r.xrange(keys.TELEMETRY_STREAM, min=start, max="+", count=MAX_SAMPLES_PER_READ)
+        entries = r.xrevrange(keys.TELEMETRY_STREAM, max="+", min=start, count=MAX_SAMPLES_PER_READ)[::-1]
+        if not entries and cursor is None:  # nothing recent: continue from the stream's end, whatever it is
+            last = r.xrevrange(keys.TELEMETRY_STREAM, count=1)
+            cursor = last[0][0] if last else "0-0"
     except redis.RedisError as exc:
         log.info("live telemetry unavailable: %s", exc)
         return LiveRead(ok=False, cursor=cursor)
     out = []
-    for entry_id, fields in entries:
+    for _entry_id, fields in entries:
         try:
             sample = json.loads(fields.get("data", ""))
         except (TypeError, ValueError):
             continue  # a malformed entry is skipped, never shown
         if isinstance(sample, dict) and match(sample):
             out.append(sample)
-    next_cursor = entries[-1][0] if entries else cursor
-    if next_cursor is None:  # an empty first read: start the next one from "now" so nothing is re-read
-        next_cursor = f"{int(now_s * 1000)}-0"
-    return LiveRead(ok=True, cursor=next_cursor, samples=out)
+    return LiveRead(ok=True, cursor=entries[-1][0] if entries else cursor, samples=out)
 
 
 def ping() -> bool:

@@ -94,7 +94,7 @@ def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = 
     cursor.
     """
     now_s = time.time() if now_s is None else now_s
-    read = live.read_samples(lambda s: s.get("job") == job.pk, cursor=cursor, now_s=now_s)
+    read = live.read_samples(lambda s: s.get("job") == job.pk, cursor=cursor)
     live_pts = [[s["t"], s.get("allocated"), s.get("reserved"), s.get("iteration")]
                 for s in read.samples if isinstance(s.get("t"), (int, float))]
     points: list[list] = []
@@ -170,7 +170,7 @@ def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT
     """
     now_s = time.time() if now_s is None else now_s
     dev = device_key(device)
-    read = live.read_samples(lambda s: s.get("device") == dev, cursor=cursor, now_s=now_s)
+    read = live.read_samples(lambda s: s.get("device") == dev, cursor=cursor)
     samples = [s for s in read.samples if isinstance(s.get("t"), (int, float))]
     sampled_jobs = {s["job"] for s in samples if isinstance(s.get("job"), int)}
     if tenant_ids is None:
