@@ -137,7 +137,7 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   const bool small = is_small(rounded);
   JobAccount& acct = ledger_.job(job);
   bool granted = false, waited = false, timed_out = false;
-  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start;  // read only once a wait begins (hot path: no clock)
   Block* b = nullptr;
   for (;;) {
     b = pool_.take(rounded, size, stream, job);
@@ -176,6 +176,7 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
     }
     if (!waited) {
       waited = true;
+      start = std::chrono::steady_clock::now();
       acct.waiting = true;
       ++waiters_;
       ++num_budget_waits_;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node_allocator.hpp"
 #include "upstream.hpp"
 
 namespace zico {
@@ -75,7 +76,11 @@ struct ReleasedSegment {
 
 class Pool {
  public:
-  explicit Pool(Upstream* upstream) : up_(upstream) {}
+  explicit Pool(Upstream* upstream)
+      : up_(upstream),
+        small_free_(BySize(), FreeSetAlloc(&small_nodes_)),
+        large_free_(BySize(), FreeSetAlloc(&large_nodes_)),
+        live_(1024, std::hash<void*>(), std::equal_to<void*>(), LiveAlloc(&live_nodes_)) {}
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -109,15 +114,20 @@ class Pool {
       return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
     }
   };
-  std::set<Block*, BySize>& free_set(bool small) { return small ? small_free_ : large_free_; }
+  using FreeSetAlloc = NodeAllocator<Block*>;
+  using FreeSet = std::set<Block*, BySize, FreeSetAlloc>;
+  using LiveAlloc = NodeAllocator<std::pair<void* const, Block*>>;
+  using LiveMap = std::unordered_map<void*, Block*, std::hash<void*>, std::equal_to<void*>, LiveAlloc>;
+  FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
   void apply_stream_rule(Block* b, void* stream);
   Block* new_block();
   void delete_block(Block* b);
   Block* merge(Block* dst, Block* src);  // src follows dst; returns dst
 
   Upstream* up_;
-  std::set<Block*, BySize> small_free_, large_free_;
-  std::unordered_map<void*, Block*> live_;
+  NodeFreeList small_nodes_, large_nodes_, live_nodes_;  // declared before the containers using them
+  FreeSet small_free_, large_free_;
+  LiveMap live_;
   std::unordered_map<char*, Segment*> segments_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects, to keep new/delete off the hot path
 };
