@@ -96,7 +96,9 @@ class Coordinator:
 
     # -- membership and settings ------------------------------------------------------
     def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None) -> None:
-        """Add a job (idle, holding its persistent bytes). ``iteration_s``: its expected
+        """Add a job. It holds nothing until its first admitted iteration, which must load its
+        persistent state (call :meth:`wait_to_start` before putting the model and optimizer on
+        the device); from then on it holds at least its persistent bytes. ``iteration_s``: its expected
         iteration time on this device now (default: the curve's solo time). Raises ValueError
         if the job is already here."""
         with self._cond:
@@ -224,14 +226,14 @@ class Coordinator:
         for _, _, waiter in line:
             others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
-            delay = least_delay_s(Commitment(ws.curve, ws.iteration_s), others, self._budget, dt)
+            me = Commitment(ws.curve, ws.iteration_s, loaded=ws.iterations_started > 0)
+            delay = least_delay_s(me, others, self._budget, dt)
             if waiter == job_id:
                 if delay is None:
                     return Decision(False, None, "infeasible")
                 if delay <= 0.0:
                     return Decision(True, 0.0)
-                alone = least_delay_s(Commitment(ws.curve, ws.iteration_s),
-                                      [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
+                alone = least_delay_s(me, [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
                                       self._budget, dt)
                 return Decision(False, delay, "budget" if alone and alone > 0 else "line")
             if delay is not None:
@@ -241,7 +243,7 @@ class Coordinator:
     def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:
         if st.in_flight:
             return Commitment(st.curve, st.iteration_s, fraction=self._fraction(st, now))
-        return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s)
+        return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s, loaded=st.iterations_started > 0)
 
     @staticmethod
     def _fraction(st: _JobState, now: float) -> float:

@@ -87,6 +87,7 @@ class _Run:
     retry_at: float | None = 0.0        # when a waiting job asks again; None: on the next change
     started_s: float = 0.0
     first_iteration_s: float | None = None
+    loaded: bool = False                # holds its persistent bytes (after its first start)
 
 
 @dataclass
@@ -196,7 +197,7 @@ class DeviceRun:
             c = r.job.curve
             if r.running:
                 total += c.at(np.minimum(r.fraction + ts * sp / c.iteration_s, 1.0 - 1e-12))
-            else:
+            elif r.loaded:
                 total += c.persistent_bytes
         peak = float(total.max())
         self.stats.peak_bytes = max(self.stats.peak_bytes, peak)
@@ -240,6 +241,6 @@ class DeviceRun:
                 continue
             d = self.gate.request_start(jid)
             if d.admit:
-                r.running, r.fraction, r.retry_at = True, 0.0, None
+                r.running, r.fraction, r.retry_at, r.loaded = True, 0.0, None, True
             else:
                 r.retry_at = None if d.delay_s is None else self.now + d.delay_s

@@ -5,7 +5,10 @@ them under its lock with the live progress of every job on the device.
 Note [Gating rule]
 ~~~~~~~~~~~~~~~~~~
 Every *admitted* iteration is a commitment: the device will hold that job's curve from the
-iteration's start to its end. A job that is not iterating holds its persistent bytes. A new
+iteration's start to its end. A job that is not iterating holds its persistent bytes, except
+a newcomer before its first iteration, which holds nothing yet: its first iteration loads its
+persistent state, so a newcomer's check also covers holding its persistent bytes alongside
+every later commitment already made (``tail_bytes``). A new
 iteration of job X starting ``d`` seconds from now is admitted when, over X's whole iteration
 ``[now + d, now + d + T_X)``, the committed bytes of the other jobs plus X's curve stay within
 the budget. The others' *future* iterations are not in the sum: they are gated in turn and
@@ -49,12 +52,15 @@ class Commitment:
             (then it holds ``curve.persistent_bytes``).
         start_in_s: for a *reserved* iteration (a waiter ahead in line), seconds from now to its
             start; None for an in-flight or idle job.
+        loaded: False for a job that has not started its first iteration: it holds nothing yet
+            (its first iteration loads its persistent state), then its persistent bytes for good.
     """
 
     curve: MemoryCurve
     iteration_s: float
     fraction: float | None = None
     start_in_s: float | None = None
+    loaded: bool = True
 
 
 def bin_max(curve: MemoryCurve, start_fraction: float, bin_fraction: float, nbins: int,
@@ -94,8 +100,10 @@ def committed_profile(others: Sequence[Commitment], dt: float, nbins: int) -> np
     for c in others:
         persistent = c.curve.persistent_bytes
         if c.start_in_s is not None:
-            prof = np.full(nbins, persistent)
             k0 = int(math.floor(c.start_in_s / dt + 1e-9))
+            prof = np.full(nbins, persistent)
+            if not c.loaded:
+                prof[: min(k0, nbins)] = 0.0
             seg = iteration_bins(c.curve, c.iteration_s, dt)
             k1 = min(nbins, k0 + len(seg))
             if k0 < nbins:
@@ -104,7 +112,7 @@ def committed_profile(others: Sequence[Commitment], dt: float, nbins: int) -> np
         elif c.fraction is not None:
             f = min(max(float(c.fraction), 0.0), 1.0 - 1e-9)
             total += bin_max(c.curve, f, dt / c.iteration_s, nbins, persistent)
-        else:
+        elif c.loaded:
             total += persistent
     return total
 
@@ -120,16 +128,23 @@ def horizon_bins(others: Sequence[Commitment], dt: float, extra_bins: int) -> in
     return math.ceil(end / dt) + extra_bins + 2
 
 
-def least_start_bin(profile: np.ndarray, job_bins: np.ndarray, budget_bytes: float) -> int | None:
-    """Smallest ``k`` with ``max_m(profile[k + m] + job_bins[m]) <= budget``; None if none does
-    within the profile (extend the profile past every commitment to be sure none exists).
+def least_start_bin(profile: np.ndarray, job_bins: np.ndarray, budget_bytes: float,
+                    tail_bytes: float = 0.0) -> int | None:
+    """Smallest ``k`` with ``max_m(profile[k + m] + job_bins[m]) <= budget`` and, after the
+    job's iteration, ``profile[i] + tail_bytes <= budget`` for every later bin ``i``; None if no
+    ``k`` within the profile does (extend the profile past every commitment to be sure).
 
-    Shapes: ``profile`` (K,), ``job_bins`` (R,) with K >= R.
+    ``tail_bytes``: what the job holds after its iteration that the profile does not count yet
+    (a newcomer's persistent bytes). Shapes: ``profile`` (K,), ``job_bins`` (R,) with K >= R.
     """
     r = len(job_bins)
     if len(profile) < r:
         raise ValueError(f"profile of {len(profile)} bins is shorter than the job's {r} bins")
     peaks = (sliding_window_view(profile, r) + job_bins[None, :]).max(axis=1)
+    if tail_bytes:
+        later = np.maximum.accumulate(profile[::-1])[::-1]          # later[i] = max(profile[i:])
+        after = np.append(later[r:], 0.0)[: len(peaks)]
+        peaks = np.maximum(peaks, after + tail_bytes)
     ok = np.flatnonzero(peaks <= budget_bytes * (1 + BUDGET_RTOL))
     return int(ok[0]) if len(ok) else None
 
@@ -141,7 +156,8 @@ def least_delay_s(job: Commitment, others: Sequence[Commitment], budget_bytes: f
     """
     bins = iteration_bins(job.curve, job.iteration_s, dt)
     n = horizon_bins(others, dt, len(bins))
-    k = least_start_bin(committed_profile(others, dt, n), bins, budget_bytes)
+    tail = 0.0 if job.loaded else job.curve.persistent_bytes
+    k = least_start_bin(committed_profile(others, dt, n), bins, budget_bytes, tail)
     return None if k is None else k * dt
 
 

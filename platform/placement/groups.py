@@ -196,5 +196,6 @@ def predict_gated(jobs: Sequence[Job], budget_bytes: float, iterations: int = PR
         t0, it0 = marks.get(j.id, (half, 0.0))
         done = (counts[j.id] - r.iterations_left + r.fraction) if r else counts[j.id]
         rate = (done - it0) / max(run.now - t0, 1e-12)
-        slow.append(math.inf if rate <= 0 else 1.0 / (rate * j.curve.iteration_s))
+        # no job runs faster than solo; the max only removes float rounding below 1.0
+        slow.append(math.inf if rate <= 0 else max(1.0, 1.0 / (rate * j.curve.iteration_s)))
     return run.stats.peak_bytes, tuple(slow)

@@ -61,10 +61,26 @@ def test_asking_twice_for_the_same_iteration_is_an_error():
 def test_below_the_minimal_budget_the_answer_is_wait_for_a_change():
     clock = Clock()
     coord = _pair((P + M0) * 0.9, clock)
-    d = coord.request_start("a")
+    assert coord.request_start("a").admit       # b has not loaded anything yet
+    d = coord.request_start("b")                # but b would have to hold P next to a's M0
     assert (d.admit, d.delay_s, d.reason) == (False, None, "infeasible")
     coord.set_budget(2 * P)
+    assert coord.request_start("b").admit
+
+
+def test_a_newcomer_waits_until_its_persistent_bytes_fit_beside_every_commitment():
+    clock = Clock()
+    tall = triangular_curve(M0, P, iteration_s=1.0)
+    coord = Coordinator(P + 2 * M0, clock=clock)
+    coord.add_job("a", tall)
+    coord.add_job("b", tall)
     assert coord.request_start("a").admit
+    assert coord.request_start("b").admit is False   # its rise would meet a's peak
+    flat = triangular_curve(M0, M0 * 1.01, iteration_s=0.05)  # its own iteration is short
+    coord.add_job("c", flat)
+    # c's iteration fits now, but its persistent M0 beside a's peak and b's reservation not
+    d = coord.request_start("c")
+    assert not d.admit and d.delay_s > 0
 
 
 def test_an_earlier_waiter_is_not_overtaken():
