@@ -49,3 +49,11 @@ def test_owner_cancels_a_running_job(cluster, client_for, personas):
     assert r.status_code == 302
     cluster.acme_job.refresh_from_db()
     assert cluster.acme_job.status == "cancelled"
+
+
+def test_outsider_sees_the_styled_not_found_page(cluster, client_for, personas, settings):
+    settings.DEBUG = False
+    r = client_for(personas.outsider).get(f"/jobs/{cluster.acme_job.pk}/")
+    html = r.content.decode()
+    assert r.status_code == 404 and "Not found" in html and "Back to jobs" in html
+    assert "acme-secret-model" not in html

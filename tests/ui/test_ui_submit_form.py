@@ -65,3 +65,16 @@ def test_viewer_and_outsider_cannot_submit_to_the_tenant(client_for, personas):
     r = client_for(personas.outsider).post("/jobs/new/", _valid(personas))   # acme is not among its choices
     assert r.status_code == 200 and "Select a valid choice" in r.content.decode()
     assert not Job.objects.filter(tenant=personas.tenant).exists()
+
+
+def test_submissions_over_the_rate_limit_are_refused_and_not_stored(client_for, personas, settings):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "job_submit_user": "2/m"}
+    c = client_for(personas.teammate)
+    for attempt in range(3):   # the limit is shared with the API and may already hold earlier counts
+        before = Job.objects.count()
+        r = c.post("/jobs/new/", _valid(personas, name=f"burst {attempt}"))
+        if r.status_code == 429:
+            break
+        assert r.status_code == 302
+    assert r.status_code == 429 and "Too many job submissions" in r.content.decode()
+    assert Job.objects.count() == before

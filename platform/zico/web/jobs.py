@@ -11,6 +11,7 @@ from workers.workloads.catalog import UnknownWorkload, get_workload, list_worklo
 from zico.jobs.models import Event, IllegalTransition, JobStatus
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE
+from zico.ratelimits import hit
 
 from . import access
 from .forms import JobSubmitForm
@@ -53,6 +54,13 @@ def job_submit(request):
     changing = request.method == "POST" and request.POST.get("action") == "change-workload"
     if request.method == "POST" and not changing:
         form = JobSubmitForm(request.POST, tenants=tenants, workload=workload)
+        # The same per-user and per-tenant submission limits as POST /api/jobs/ (zico.ratelimits), same counters.
+        over, wait = hit(request, "job_submit_user", f"user:{request.user.pk}")
+        if not over and form.is_valid():
+            over, wait = hit(request, "job_submit_tenant", f"tenant:{form.cleaned_data['tenant'].pk}")
+        if over:
+            form.add_error(None, f"Too many job submissions — try again in {wait} s.")
+            return render(request, "web/job_submit.html", {"form": form, "workload": workload}, status=429)
         if form.is_valid():
             try:
                 job = submit_job(tenant=form.cleaned_data["tenant"], owner=request.user, workload=workload.key,
@@ -79,12 +87,13 @@ def job_detail(request, pk: int):
     profile = job.latest_profile()
     placement = job.placements.select_related("device__node").order_by("-started_at").first()
     plan = _plan_view(request.user, job, placement)
-    delays = list(job.events.filter(kind=Event.Kind.DELAY).order_by("-time")[:20])
-    total_delay = sum(float((e.details or {}).get("delay_s", 0) or 0) for e in job.events.filter(kind=Event.Kind.DELAY))
+    delay_events = job.events.filter(kind=Event.Kind.DELAY)
+    delays = list(delay_events.order_by("-time")[:20])
+    total_delay = sum(float((d or {}).get("delay_s", 0) or 0) for d in delay_events.values_list("details", flat=True))
     log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
     return render(request, "web/job_detail.html", {
         "job": job, "s": job_status(job), "profile": profile, "placement": placement, "plan": plan,
-        "delays": delays, "total_delay_s": total_delay, "log": log,
+        "delays": delays, "delay_count": delay_events.count(), "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(request.user, job),
         "windows": WINDOWS_S, "params": sorted((job.params or {}).items()),
     })
