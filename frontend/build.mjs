@@ -10,6 +10,7 @@ const files = [
   // [source under node_modules, destination under static/vendor]
   ["echarts/dist/echarts.min.js", "echarts/echarts.min.js"],
   ["echarts/LICENSE", "echarts/LICENSE"],
+  ["echarts/NOTICE", "echarts/NOTICE"],  // Apache-2.0: the NOTICE travels with the code
 ];
 for (const [src, dst] of files) {
   const from = join(here, "node_modules", src);
