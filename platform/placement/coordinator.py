@@ -63,6 +63,7 @@ class DelayRecord:
 class _JobState:
     curve: MemoryCurve
     iteration_s: float
+    loaded: bool = False            # holds its persistent bytes (from its first start on)
     iterations_started: int = 0
     in_flight: bool = False
     fraction: float = 0.0           # progress at ``reported_at``
@@ -95,16 +96,18 @@ class Coordinator:
         self.delays: list[DelayRecord] = []
 
     # -- membership and settings ------------------------------------------------------
-    def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None) -> None:
+    def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None,
+                *, loaded: bool = False) -> None:
         """Add a job. It holds nothing until its first admitted iteration, which must load its
         persistent state (call :meth:`wait_to_start` before putting the model and optimizer on
-        the device); from then on it holds at least its persistent bytes. ``iteration_s``: its expected
-        iteration time on this device now (default: the curve's solo time). Raises ValueError
-        if the job is already here."""
+        the device); from then on it holds at least its persistent bytes. ``loaded=True`` says it
+        already holds them (they were allocated before joining, ungated). ``iteration_s``: its
+        expected iteration time on this device now (default: the curve's solo time). Raises
+        ValueError if the job is already here."""
         with self._cond:
             if job_id in self._jobs:
                 raise ValueError(f"job {job_id!r} is already on this coordinator")
-            self._jobs[job_id] = _JobState(curve, float(iteration_s or curve.iteration_s))
+            self._jobs[job_id] = _JobState(curve, float(iteration_s or curve.iteration_s), loaded=bool(loaded))
             self._cond.notify_all()
 
     def remove_job(self, job_id: Hashable) -> None:
@@ -213,7 +216,7 @@ class Coordinator:
             waited = now - st.requested_at
             if st.first_reason != "none":
                 self.delays.append(DelayRecord(job_id, st.iterations_started, waited * 1000.0, st.first_reason, now))
-            st.in_flight, st.fraction, st.reported_at = True, 0.0, now
+            st.in_flight, st.fraction, st.reported_at, st.loaded = True, 0.0, now, True
             st.iterations_started += 1
             st.requested_at, st.first_reason = None, ""
         return decision
@@ -226,7 +229,7 @@ class Coordinator:
         for _, _, waiter in line:
             others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
-            me = Commitment(ws.curve, ws.iteration_s, loaded=ws.iterations_started > 0)
+            me = Commitment(ws.curve, ws.iteration_s, loaded=ws.loaded)
             delay = least_delay_s(me, others, self._budget, dt)
             if waiter == job_id:
                 if delay is None:
@@ -243,7 +246,7 @@ class Coordinator:
     def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:
         if st.in_flight:
             return Commitment(st.curve, st.iteration_s, fraction=self._fraction(st, now))
-        return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s, loaded=st.iterations_started > 0)
+        return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s, loaded=st.loaded)
 
     @staticmethod
     def _fraction(st: _JobState, now: float) -> float:
