@@ -6,7 +6,7 @@ import ctypes
 import threading
 from typing import NamedTuple
 
-from . import _native, build
+from . import _native
 from ._native import HOST, MARK_KINDS, TRACE_KINDS, UNLIMITED, ZicoError, check, json_call, lib
 
 _CPU_SCOPES = {"off": 0, "bound": 1, "all": 2}
@@ -105,6 +105,8 @@ def install_cpu(capacity_bytes: int | None = None, *, scope: str = "bound") -> N
         if _shim is None:
             import torch  # noqa: F401  (loads libc10 before the shim that links it)
 
+            from . import build
+
             shim = ctypes.CDLL(str(build.ensure_shim()), mode=ctypes.RTLD_GLOBAL)
             shim.zico_cpu_shim_install.argtypes = [ctypes.c_int]
             shim.zico_cpu_shim_set_scope.argtypes = [ctypes.c_int]
@@ -137,6 +139,8 @@ def install_cuda(device: int = 0) -> None:
             return
         import torch
 
+        from . import build
+
         cuda_lib = build.cuda_library()
         if cuda_lib is None:
             raise ZicoError("the CUDA upstream was not built: no CUDA toolkit was found at build time")
@@ -148,6 +152,7 @@ def install_cuda(device: int = 0) -> None:
             torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as exc:
             raise ZicoError(f"install_cuda must run before the first CUDA allocation: {exc}") from exc
+        torch.cuda.init()  # so bind() can see the current stream from now on
         _cuda_installed = True
 
 

@@ -9,8 +9,6 @@ import ctypes
 import json
 import threading
 
-from . import build
-
 HOST = -1
 UNLIMITED = 2**64 - 1
 
@@ -80,6 +78,8 @@ def lib() -> ctypes.CDLL:
     if _lib is None:
         with _lock:
             if _lib is None:
+                from . import build  # imported late: `python -m zico_allocator.build` stays warning-free
+
                 handle = ctypes.CDLL(str(build.ensure_core()), mode=ctypes.RTLD_GLOBAL)
                 for name, (restype, argtypes) in _SIGNATURES.items():
                     fn = getattr(handle, name)
