@@ -1,6 +1,9 @@
 """Each page renders for its owner with the figures that matter (no browser; Django's test client)."""
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from zico.cluster.models import Device
 from zico.jobs.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +60,18 @@ def test_outsider_sees_the_styled_not_found_page(cluster, client_for, personas, 
     html = r.content.decode()
     assert r.status_code == 404 and "Not found" in html and "Back to jobs" in html
     assert "acme-secret-model" not in html
+
+
+def test_cluster_overview_query_count_does_not_grow_with_devices(cluster, client_for, personas):
+    c = client_for(personas.owner)
+    c.get("/cluster/")  # warm the session
+
+    with CaptureQueriesContext(connection) as one:
+        c.get("/cluster/")
+    for i in range(1, 5):
+        Device.objects.create(node=cluster.device.node, index=i, kind="gpu", name=f"Spare GPU {i}", uuid=f"GPU-x{i}",
+                              total_bytes=1 << 34, budget_bytes=1 << 34)
+    with CaptureQueriesContext(connection) as five:
+        html = c.get("/cluster/").content.decode()
+    assert all(f"Spare GPU {i}" in html for i in range(1, 5))
+    assert len(five.captured_queries) == len(one.captured_queries)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import OuterRef, Subquery
 from django.shortcuts import render
 
 from zico.cluster.models import Device, Placement
@@ -13,23 +14,26 @@ from .timelines import DEFAULT_WINDOW_S, WINDOWS_S, device_key
 
 @login_required
 def cluster(request):
-    """Every device with its latest stored pool figures and the jobs placed on it now.
+    """Every device with its latest stored pool figures and the jobs placed on it now (a fixed number of
+    queries, whatever the cluster's size).
 
     Devices and pool totals are shared cluster facts; a job is named only to users who may read it, the
     others are counted as "jobs of other tenants".
     """
-    devices = list(Device.objects.select_related("node"))
+    last = TimelinePoint.objects.filter(device=OuterRef("pk"), job__isnull=True).order_by("-second")
+    devices = list(Device.objects.select_related("node").annotate(
+        used=Subquery(last.values("reserved_bytes")[:1]), seen=Subquery(last.values("time")[:1])))
     visible = set(access.visible_jobs(request.user).filter(placements__ended_at__isnull=True)
                   .values_list("pk", flat=True))
     timeline_ok = set(access.timeline_devices(request.user).values_list("pk", flat=True))
+    placed: dict[int, list] = {}
+    for p in Placement.objects.active().prefetch_related("jobs__tenant"):
+        placed.setdefault(p.device_id, []).extend(p.jobs.all())
     rows = []
     for d in devices:
-        last = TimelinePoint.objects.filter(device=d, job__isnull=True).order_by("-second").first()
-        jobs = [j for p in Placement.objects.active().filter(device=d).prefetch_related("jobs__tenant")
-                for j in p.jobs.all()]
+        jobs = placed.get(d.pk, [])
         rows.append({
-            "device": d, "key": device_key(d), "last": last,
-            "used": last.reserved_bytes if last else None,
+            "device": d, "key": device_key(d), "used": d.used, "seen": d.seen,
             "jobs": [j for j in jobs if j.pk in visible],
             "hidden_jobs": sum(j.pk not in visible for j in jobs),
             "timeline": d.pk in timeline_ok,
