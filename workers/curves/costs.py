@@ -26,16 +26,19 @@ _HALF = (torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class DeviceCost:
-    """Roofline rates: FLOP/s (fp32 and half precision), bytes/s, seconds of overhead per operator."""
+    """Roofline rates: FLOP/s (fp32 and half precision), bytes/s, and seconds of overhead per
+    operator in each phase (eager Python code issues forward and optimizer operators; the C++
+    autograd engine issues backward ones, with far less overhead each)."""
 
     name: str
     flops_per_s: float
     half_flops_per_s: float
     bytes_per_s: float
     overhead_s: float
+    phase_overhead_s: tuple[tuple[str, float], ...] = ()
 
-    def op_seconds(self, func, args, kwargs, out) -> float:
-        """Modelled seconds of one aten operator call."""
+    def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
+        """Modelled seconds of one aten operator call issued in ``phase``."""
         tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in tensors)
         seconds = moved / self.bytes_per_s
@@ -47,7 +50,7 @@ class DeviceCost:
                 flops = 0
             half = any(t.dtype in _HALF for t in tensors)
             seconds = max(seconds, flops / (self.half_flops_per_s if half else self.flops_per_s))
-        return self.overhead_s + seconds
+        return dict(self.phase_overhead_s).get(phase, self.overhead_s) + seconds
 
 
 CUDA_COST = DeviceCost("cuda-h100-class", flops_per_s=0.5 * 67e12, half_flops_per_s=0.5 * 989e12,
@@ -69,12 +72,51 @@ def measured_cpu_cost() -> DeviceCost:
     for _ in range(4):
         x + x
     bw = 4 * 3 * x.numel() * 4 / (time.perf_counter() - t)
-    y = torch.ones(4)
-    t = time.perf_counter()
-    for _ in range(200):
-        y + y
-    overhead = (time.perf_counter() - t) / 200
-    return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t", flops, flops, bw, overhead)
+    phases = _phase_overheads()
+    return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t", flops, flops, bw,
+                      phases["forward"], tuple(phases.items()))
+
+
+def _phase_overheads(iterations: int = 10) -> dict[str, float]:
+    """Seconds per operator in each phase of a tiny real training step (8 linear layers of width
+    16, batch 2, AdamW), where compute is negligible and overhead is all there is: operators are
+    counted once under a dispatch mode, and the phases are timed without it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()) for _ in range(8)])
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(2, 16)
+
+    def step(timer: dict[str, float] | None, counter: dict[str, int] | None):
+        for name, fn in (("forward", lambda: model(x).square().mean()), ("backward", None), ("optimizer", None)):
+            t0, n0 = time.perf_counter(), Count.n
+            if name == "forward":
+                loss = fn()
+            elif name == "backward":
+                loss.backward()
+            else:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            if timer is not None:
+                timer[name] = timer.get(name, 0.0) + time.perf_counter() - t0
+            if counter is not None:
+                counter[name] = Count.n - n0
+
+    step(None, None)  # optimizer state, caches
+    counts: dict[str, int] = {}
+    with Count():
+        step(None, counts)
+    times: dict[str, float] = {}
+    for _ in range(iterations):
+        step(times, None)
+    return {k: times[k] / iterations / max(counts[k], 1) for k in counts}
 
 
 def cost_for(device: torch.device) -> DeviceCost:

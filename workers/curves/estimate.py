@@ -80,6 +80,7 @@ class MemoryRecorder(TorchDispatchMode):
         self.deltas: list[int] = []
         self.marks: list[tuple[float, str, int, str | None]] = []
         self._iteration = -1
+        self._phase: str | None = None
         self.ops = 0
 
     # -- allocation tracking ---------------------------------------------------------
@@ -90,7 +91,7 @@ class MemoryRecorder(TorchDispatchMode):
             return out
         self.ops += 1
         start = self.clock
-        self.clock += self.cost.op_seconds(func, args, kwargs, out)
+        self.clock += self.cost.op_seconds(func, args, kwargs, out, self._phase)
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._track(t.untyped_storage(), start)
@@ -137,6 +138,7 @@ class MemoryRecorder(TorchDispatchMode):
         self._mark("iteration_start", i, None)
 
     def phase(self, name: str) -> None:
+        self._phase = name
         self._mark("phase", self._iteration, name)
 
     def iteration_end(self, i: int) -> None:
@@ -158,12 +160,16 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
 
     Raises:
         UnknownWorkload, ParamsError: bad key or params.
+        ValueError: a device other than cpu or cuda[:N].
         CurveError: the run produced no usable iteration.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     wall = time.perf_counter()
-    target = torch.device(device)
+    try:
+        target = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}") from exc
     if target.type not in ("cpu", "cuda"):
         raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {device!r}")
     # A CPU-only torch cannot make even fake CUDA tensors: then the fake device is the CPU and the

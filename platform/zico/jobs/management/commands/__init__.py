@@ -1,0 +1,1 @@
+"""``manage.py`` commands of the jobs app (``curve``)."""

@@ -1,0 +1,163 @@
+"""``manage.py curve``: inspect a workload's memory curve before submitting it.
+
+    manage.py curve list                                   # catalog workloads and their defaults
+    manage.py curve estimate gpt2-small -p batch_size=8 -p seq_len=1024 --device cuda:0 --json out.json
+    manage.py curve profile digits-cnn                     # real short run through the Zico allocator
+    manage.py curve import snapshot.pickle --json out.json --points 512
+    manage.py curve show out.json
+
+Every subcommand prints the curve's summary (peak, persistent and transient bytes, iteration or
+trace duration, phase fractions) and can write the curve as DESIGN-contract JSON (``--json PATH``,
+``-`` for stdout), optionally resampled to ``--points N`` steps (bin maxima, so no peak is lost).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:,.1f} MiB ({int(b):,} bytes)"
+
+
+def parse_params(pairs: list[str], as_json: str | None) -> dict[str, Any]:
+    """``key=value`` pairs (values read as JSON when they parse, else as strings) over a JSON object."""
+    params: dict[str, Any] = {}
+    if as_json:
+        try:
+            params = json.loads(as_json)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--params-json: not valid JSON ({exc.msg})") from exc
+        if not isinstance(params, dict):
+            raise CommandError("--params-json: expected a JSON object")
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CommandError(f"--param {pair!r}: expected key=value")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+class Command(BaseCommand):
+    help = "Estimate, profile, import (PyTorch snapshot) or show a memory curve; print its summary."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="{list,estimate,profile,import,show}")
+        sub.add_parser("list", help="catalog workloads and their default params")
+        for name, text in (("estimate", "CPU estimate with fake tensors (no GPU, no real memory)"),
+                           ("profile", "real short run on this machine through the Zico allocator")):
+            p = sub.add_parser(name, help=text)
+            p.add_argument("workload", help="catalog key, e.g. gpt2-small")
+            p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                           help="a workload parameter (repeatable); values are read as JSON")
+            p.add_argument("--params-json", default=None, help="all params as one JSON object")
+            p.add_argument("--device", default="cpu", help="target device: cpu or cuda[:N] (default cpu)")
+            p.add_argument("--warmup", type=int, default=1, help="iterations skipped (default 1)")
+            p.add_argument("--steady", type=int, default=None, help="iterations averaged")
+            self._output_args(p)
+        p = sub.add_parser("import", help="a torch.cuda.memory._dump_snapshot pickle")
+        p.add_argument("snapshot", type=Path)
+        p.add_argument("--device-index", type=int, default=None, help="trace of this device (default: busiest)")
+        self._output_args(p)
+        p = sub.add_parser("show", help="a curve JSON file")
+        p.add_argument("curve", type=Path)
+        self._output_args(p)
+
+    @staticmethod
+    def _output_args(p: CommandParser) -> None:
+        p.add_argument("--json", dest="json_out", default=None, metavar="PATH", help="write the curve ('-': stdout)")
+        p.add_argument("--points", type=int, default=None, help="resample to N points before writing")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        from placement.curves import CurveError
+
+        from workers.workloads.catalog import ParamsError, UnknownWorkload
+
+        action = opts["action"]
+        try:
+            if action == "list":
+                return self._list()
+            curve = getattr(self, f"_{action}")(opts)
+        except (UnknownWorkload, ParamsError, CurveError) as exc:
+            raise CommandError(str(exc)) from exc
+        except ValueError as exc:  # SnapshotError and other bad input
+            raise CommandError(str(exc)) from exc
+        self._print_summary(curve)
+        self._write(curve, opts["json_out"], opts["points"])
+
+    # -- actions --------------------------------------------------------------------------
+    def _list(self) -> None:
+        from workers.workloads.catalog import list_workloads
+
+        for w in list_workloads():
+            defaults = ", ".join(f"{k}={v}" for k, v in w.defaults.items())
+            self.stdout.write(f"{w.key:12s} {w.task:21s} {w.title}\n{'':34s}{defaults}")
+
+    def _estimate(self, opts: dict[str, Any]):
+        from workers.curves.estimate import estimate_curve
+
+        params = parse_params(opts["param"], opts["params_json"])
+        return estimate_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
+                              warmup=opts["warmup"], steady=opts["steady"] or 2)
+
+    def _profile(self, opts: dict[str, Any]):
+        from workers.curves.capture import profile_curve
+
+        params = parse_params(opts["param"], opts["params_json"])
+        return profile_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
+                             warmup=opts["warmup"], steady=opts["steady"] or 3)
+
+    def _import(self, opts: dict[str, Any]):
+        from workers.curves.snapshot import snapshot_curve
+
+        return snapshot_curve(opts["snapshot"], device=opts["device_index"], meta={"file": opts["snapshot"].name})
+
+    def _show(self, opts: dict[str, Any]):
+        from placement.curves import load_curve
+
+        return load_curve(opts["curve"])
+
+    # -- output ---------------------------------------------------------------------------
+    def _print_summary(self, curve) -> None:
+        from placement.curves import summary
+
+        s = summary(curve)
+        span = "duration" if curve.source == "torch-snapshot" else "iteration"
+        lines = [
+            f"source      {s['source']} ({s['device']})",
+            f"peak        {_mib(s['peak_bytes'])}",
+            f"persistent  {_mib(s['persistent_bytes'])}",
+            f"transient   {_mib(s['transient_peak_bytes'])}",
+            f"{span:11s} {s['iteration_s']:.6f} s",
+            f"points      {s['points']}",
+        ]
+        phases = curve.meta.get("phase_fractions")
+        if phases:
+            lines.append("phases      " + ", ".join(f"{k} at {v:.3f}" for k, v in phases.items()))
+        for key in ("workload", "window", "events", "estimate_s", "profile_s", "iterations_averaged"):
+            if key in curve.meta:
+                lines.append(f"{key:11s} {curve.meta[key]}")
+        self.stdout.write("\n".join(lines))
+
+    def _write(self, curve, path: str | None, points: int | None) -> None:
+        from placement.curves import resampled_curve
+
+        if points is not None:
+            if points < 1:
+                raise CommandError(f"--points: must be >= 1, got {points}")
+            curve = resampled_curve(curve, points)
+        if path is None:
+            return
+        text = curve.to_json()
+        if path == "-":
+            self.stdout.write(text)
+        else:
+            Path(path).write_text(text)
+            self.stderr.write(f"wrote {path}")

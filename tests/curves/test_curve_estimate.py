@@ -1,0 +1,55 @@
+"""Fake-tensor estimate tests: no real memory, exact persistent bytes, agreement with a real allocator
+trace on the small workloads, CUDA targets, corrections."""
+import resource
+
+import pytest
+import torch
+
+from workers.curves.estimate import Correction, estimate_curve, round_up
+from workers.workloads import data
+from workers.workloads.models import DigitsCNN
+
+
+def param_bytes(model, copies):
+    """Bytes of parameters (and as many optimizer-state copies), each rounded to 512-byte blocks."""
+    return copies * sum(round_up(p.numel() * p.element_size(), 512) for p in model.parameters())
+
+
+def test_digits_estimate_holds_parameters_and_momentum_between_iterations(tmp_path):
+    curve = estimate_curve("digits-cnn", {}, "cpu", tmp_path)
+    assert curve.source == "estimate" and curve.device == "cpu"
+    assert curve.persistent_bytes == param_bytes(DigitsCNN(16), copies=2)  # weights + SGD momentum
+    assert curve.peak_bytes > 10 * curve.persistent_bytes
+    phases = curve.meta["phase_fractions"]
+    assert 0 == phases["forward"] < phases["backward"] < phases["optimizer"] < 1
+    assert curve.meta["iterations_averaged"] == 2
+
+
+def test_the_estimate_allocates_no_real_memory_for_a_huge_batch(tmp_path):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    curve = estimate_curve("tiny-lm", {"batch_size": 256, "seq_len": 1024, "data": "synthetic"}, "cpu", tmp_path,
+                           steady=1)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert curve.peak_bytes > 8 * 2**30
+    assert grown < 1 * 2**30
+
+
+def test_cached_datasets_stay_real_tensors_after_an_estimate(tmp_path):
+    estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
+    images, labels = data.digits_images()
+    assert type(images) is torch.Tensor and float(images.abs().sum()) > 0
+
+
+def test_a_cuda_target_is_labelled_and_uses_the_cuda_cost_model(tmp_path):
+    curve = estimate_curve("tiny-lm", {"batch_size": 2, "seq_len": 32}, "cuda:1", tmp_path, steady=1)
+    assert curve.device == "cuda:1" and curve.meta["cost_model"].startswith("cuda")
+    with pytest.raises(ValueError, match="device"):
+        estimate_curve("tiny-lm", {}, "tpu", tmp_path)
+
+
+def test_a_correction_scales_and_offsets_the_estimate(tmp_path):
+    plain = estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
+    fixed = Correction(scale=1.1, offset_bytes=1000).apply(plain)
+    assert fixed.peak_bytes == pytest.approx(plain.peak_bytes * 1.1 + 1000)
+    assert fixed.persistent_bytes == pytest.approx(plain.persistent_bytes * 1.1 + 1000)
+    assert fixed.meta["correction"] == {"scale": 1.1, "offset_bytes": 1000}
