@@ -137,3 +137,30 @@ def test_bad_query_parameters_are_named_in_a_400(cluster, client_for, personas):
     assert r.status_code == 400 and r.json()["detail"].startswith("window:")
     r = c.get(f"/data/jobs/{cluster.acme_job.pk}/memory.json", {"cursor": "x; FLUSHALL"})
     assert r.status_code == 400 and r.json()["detail"].startswith("cursor:")
+
+
+def test_cluster_overview_names_only_the_users_own_jobs(cluster, client_for, personas):
+    _, body = _get(client_for(personas.outsider), "/cluster/")
+    assert "rival-secret-model" in body and "acme-secret-model" not in body
+    assert "1 job of other tenants" in body
+    _, body = _get(client_for(personas.teammate), "/cluster/")
+    assert "acme-secret-model" in body and "rival-secret-model" not in body
+    assert "Open memory timeline" not in body                 # a member is no admin: no timeline link
+
+
+@pytest.mark.parametrize("path,data", [
+    ("/tenants/acme/members/", {"username": "outsider", "role": "member"}),
+    ("/tenants/acme/members/{member}/", {"role": "viewer"}),
+    ("/tenants/acme/members/{member}/", {"remove": "1"}),
+    ("/tenants/acme/quotas/", {"max_running_jobs": "0"}),
+    ("/tenants/acme/tokens/", {"name": "sneaky"}),
+])
+def test_outsider_posts_to_another_tenant_are_404_and_change_nothing(cluster, client_for, personas, path, data):
+    member = personas.tenant.memberships.get(user=personas.teammate)
+    r = client_for(personas.outsider).post(path.format(member=member.pk), data)
+    assert r.status_code == 404
+    member.refresh_from_db()
+    personas.tenant.refresh_from_db()
+    assert member.role == "member" and personas.tenant.max_running_jobs == 4
+    assert personas.tenant.role_of(personas.outsider) is None
+    assert not personas.outsider.api_tokens.exists()
