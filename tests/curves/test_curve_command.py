@@ -1,0 +1,59 @@
+"""``manage.py curve`` tests: the shared snapshots' summaries, JSON output, estimates and errors."""
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from placement.curves import load_curve
+from workers.curves.snapshot import snapshot_curve
+
+SNAPSHOTS = sorted(Path("/work/shared/data/torch-snapshots").glob("*.pickle"))
+
+
+def run(*args):
+    out, err = StringIO(), StringIO()
+    call_command("curve", *args, stdout=out, stderr=err)
+    return out.getvalue()
+
+
+@pytest.mark.skipif(not SNAPSHOTS, reason="shared snapshots not present")
+@pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda p: p.name)
+def test_import_prints_peak_persistent_and_duration_and_writes_json(path, tmp_path):
+    target = tmp_path / "curve.json"
+    text = run("import", str(path), "--json", str(target), "--points", "256")
+    curve = snapshot_curve(path)
+    assert f"{int(curve.peak_bytes):,} bytes" in text
+    assert f"{int(curve.persistent_bytes):,} bytes" in text
+    assert f"duration    {curve.iteration_s:.6f} s" in text
+    written = load_curve(target)
+    assert len(written.fractions) == 256 and written.peak_bytes == curve.peak_bytes  # bin maxima keep the peak
+    assert f"{int(curve.peak_bytes):,} bytes" in run("show", str(target))
+
+
+def test_estimate_prints_a_summary_and_json_to_stdout(settings, tmp_path):
+    settings.ZICO_DATA_DIR = tmp_path
+    text = run("estimate", "digits-cnn", "-p", "batch_size=8", "--json", "-")
+    assert "source      estimate (cpu)" in text and "phases" in text
+    body = json.loads(text[text.index("{"):])
+    assert body["source"] == "estimate" and body["meta"]["params"]["batch_size"] == 8
+
+
+def test_list_shows_every_workload():
+    text = run("list")
+    for key in ("digits-cnn", "resnet18", "resnet50", "bert-base", "gpt2-small"):
+        assert key in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (("estimate", "vgg99"), "unknown workload 'vgg99'"),
+    (("estimate", "digits-cnn", "-p", "batch_size=0"), "batch_size"),
+    (("estimate", "digits-cnn", "-p", "nonsense"), "expected key=value"),
+    (("estimate", "digits-cnn", "--params-json", "[1]"), "expected a JSON object"),
+    (("import", "/nonexistent.pickle"), "cannot read snapshot"),
+    (("show", "/nonexistent.json"), "curve file"),
+])
+def test_bad_input_is_a_command_error_naming_the_problem(args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args)
