@@ -62,7 +62,10 @@ def _corpus_path(params: dict, data_dir: str | Path | None) -> Path | None:
         raise ParamsError("corpus", "real text data needs a data directory (or use data='synthetic')")
     if params["corpus"] == DEFAULT_CORPUS:
         return ensure_corpus(data_dir)
-    path = Path(data_dir) / params["corpus"]
+    root = Path(data_dir).resolve()
+    path = (root / params["corpus"]).resolve()
+    if root not in path.parents:  # checked again here: the data directory may have changed since submission
+        raise ParamsError("corpus", "resolves outside the data directory")
     if not path.is_file():
         raise ParamsError("corpus", f"no such file {params['corpus']!r} under the data directory")
     return path

@@ -19,6 +19,19 @@ class NodeAdmin(admin.ModelAdmin):
     readonly_fields = ["last_heartbeat", "created_at"]
     inlines = [DeviceInline]
 
+    def save_formset(self, request, form, formset, change):
+        # Budget edits in the device rows go through Device.set_budget (a budget_change Event), as on the
+        # device page: save the stored budget first, then set the new one.
+        pending = []
+        if formset.model is Device:
+            for f in formset.forms:
+                if f.instance.pk and "budget_bytes" in f.changed_data and f not in formset.deleted_forms:
+                    pending.append((f.instance, f.instance.budget_bytes))
+                    f.instance.budget_bytes = Device.objects.get(pk=f.instance.pk).budget_bytes
+        super().save_formset(request, form, formset, change)
+        for device, budget in pending:
+            device.set_budget(budget, actor=request.user)
+
 
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
