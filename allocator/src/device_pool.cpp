@@ -307,7 +307,7 @@ std::string DevicePool::stats_json(bool per_job, int64_t job) {
     put_stat(w, "allocation", "all", a.allocation);
     put_stat(w, "active", "all", a.allocation);
     w.num("num_alloc_retries", a.num_alloc_retries).num("num_ooms", a.num_ooms);
-    w.num("num_budget_waits", a.num_budget_waits).num("budget_wait_s", a.budget_wait_s);
+    w.num("num_budget_waits", a.num_budget_waits).num("budget_waited_s", a.budget_wait_s);
     w.num("num_budget_overruns", a.num_budget_overruns);
     w.num("iteration", a.iteration);
     if (mark_name(a.phase)) w.str("phase", mark_name(a.phase)); else w.null("phase");

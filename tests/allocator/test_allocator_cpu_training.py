@@ -117,3 +117,25 @@ def test_two_models_train_concurrently_through_the_shim():
     za.check_invariants("cpu")
     for job in jobs:
         assert job.losses[-1] < job.losses[0] * 0.9, (job.job_id, job.losses)
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_cpu_allocation_raises_torch_out_of_memory():
+    za.install_cpu(scope="bound")
+    za.set_budget_wait(0.0, "cpu")
+    za.empty_cache("cpu")  # no cached block may serve the big request
+    za.set_budget(za.memory_stats(device="cpu")["reserved_bytes.all.current"] + (32 << 20), "cpu")
+    try:
+        with za.bind(103):
+            small = torch.ones(1000)  # served by the pool
+            with pytest.raises(torch.OutOfMemoryError, match="Zico CPU pool"):
+                torch.empty(64 << 20, dtype=torch.uint8)
+            assert za.last_oom("cpu")["reason"] == "budget" and za.last_oom("cpu")["job"] == 103
+            assert float(small.sum()) == 1000.0  # the process and its tensors are fine
+            assert za.memory_stats(job=103, device="cpu")["allocated_bytes.all.current"] == 4096
+            del small
+        assert za.memory_stats(job=103, device="cpu")["allocated_bytes.all.current"] == 0
+    finally:
+        za.set_budget(None, "cpu")
+        za.set_budget_wait(30.0, "cpu")
+        za.set_cpu_scope("off")

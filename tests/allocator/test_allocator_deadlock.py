@@ -45,7 +45,7 @@ def test_two_jobs_in_lockstep_both_progress_under_a_tight_budget(make_pool):
     budget = solo_peak + solo_peak // 2  # between one peak and the sum of two: 6 segments, 30 blocks,
     # so both jobs block at their 16th step with the pool full — a true deadlock without the rule
     pool = make_pool(capacity_bytes=512 * MiB, budget_bytes=budget, wait_s=30.0)
-    iterations, done, failures = 6, {1: 0, 2: 0}, []
+    iterations, done, failures = 10, {1: 0, 2: 0}, []
     barrier = threading.Barrier(2, timeout=60)
 
     def job(job_id):

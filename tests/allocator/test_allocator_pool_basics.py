@@ -126,13 +126,15 @@ def test_trace_records_allocs_frees_segments_and_marks(make_pool):
 
 def test_over_budget_fails_at_once_with_reason_budget(make_pool):
     pool = make_pool(budget_bytes=4 * MiB)
-    a = pool.malloc(1000)
-    b = pool.malloc(MiB + 1)  # needs a 20 MiB segment: over the budget
+    with za.bind(9):
+        a = pool.malloc(1000)
+        b = pool.malloc(MiB + 1)  # needs a 20 MiB segment: over the budget
     assert a and not b
     oom = za.last_oom(pool.device)
     assert oom["reason"] == "budget" and oom["requested_bytes"] == MiB + 1
     assert oom["reserved_bytes"] == 2 * MiB and oom["budget_bytes"] == 4 * MiB
-    assert pool.stats()["num_ooms"] == 1
+    assert oom["job"] == 9 and oom["job_allocated_bytes"] == 1024
+    assert pool.stats()["num_ooms"] == 1 and pool.stats(job=9)["num_ooms"] == 1
     pool.free(a)
 
 
