@@ -15,8 +15,10 @@ The worker never opens the database; settings are read only for Redis, host and 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     from . import tasks  # noqa: F401  (registers zico.device.*)
 
     _config = build_config(args)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _connect_signals()
     queue = device_queue(_config.kind, _config.host, _config.index)
