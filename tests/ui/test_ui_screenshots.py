@@ -75,9 +75,9 @@ def build_cluster(p, publish, now: float):
         Event.objects.filter(pk=ev.pk).update(time=_dt(t))
     ev = Event.record(Event.Kind.OOM_PREVENTED, job=jobs[0][0], device=dev, requested_bytes=3 * GIB)
     Event.objects.filter(pk=ev.pk).update(time=_dt(now - 300))
-    # stored timeline: 1 point per second (the largest of the second), 15 min back to 2 min ago
+    # stored timeline: 1 point per second (the largest of the second), the last 15 min
     rows = []
-    for s in range(int(now) - 900, int(now) - 120):
+    for s in range(int(now) - 900, int(now)):  # the consumer stores every second; live samples overlay the last 2 min
         when = _dt(s)
         # the pool point is the largest sum within the second, as the control consumer stores it
         total_a = max(sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5))

@@ -66,3 +66,19 @@ def details_h(details) -> str:
             v = seconds_h(v)
         parts.append(f"{k.replace('_', ' ')} {v}")
     return " · ".join(parts)
+
+
+@register.filter
+def ago(when) -> str:
+    """A past datetime as ``"just now"``, ``"12 s ago"``, ``"5 min ago"``, ``"3 h ago"`` or ``"2 d ago"``."""
+    if not when:
+        return "never"
+    from django.utils import timezone
+
+    s = max(0, int((timezone.now() - when).total_seconds()))
+    if s < 5:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s // size} {unit} ago"
+    return f"{s} s ago"
