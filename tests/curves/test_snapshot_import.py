@@ -110,3 +110,18 @@ def test_a_pickle_that_imports_os_is_refused_and_nothing_runs(tmp_path):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(SnapshotError, match="cannot read snapshot"):
         snapshot_curve(tmp_path / "nope.pickle")
+
+
+def test_a_repeating_trace_is_cut_to_one_period():
+    base = 0x1000 + 8 * MiB
+    events, t = [], 0
+    for it in range(3):  # three identical iterations: +1 MiB, +2 MiB, -2 MiB, -1 MiB, four frees of 512 B pairs
+        for action, off, size in [("alloc", 0, MiB), ("alloc", MiB, 2 * MiB), ("free_completed", MiB, 2 * MiB)] + \
+                [(a, 4 * MiB, 512) for a in ("alloc", "free_completed") * 3] + [("free_completed", 0, MiB)]:
+            t += 10
+            events.append(ev(action, base + off, size, t))
+        t += 100
+    curve = snapshot_curve(snapshot_bytes(events))
+    assert curve.meta["window"] == "repeating period of 10 events"
+    assert curve.peak_bytes == 7 * MiB and curve.persistent_bytes == 4 * MiB
+    assert curve.iteration_s == pytest.approx(200e-6)

@@ -36,22 +36,31 @@ def _mib(b: float) -> str:
 def run(threads: int, data_dir: str, steady: int = 3) -> tuple[list[dict], list[dict]]:
     import torch
 
-    from workers.curves.capture import profile_curve
-    from workers.curves.compare import compare
+    from placement.curves import max_relative_error
+    from workers.curves.capture import profile_trace
+    from workers.curves.compare import compare, max_error_within_shift
     from workers.curves.estimate import estimate_curve
+    from workers.curves.trace import steady_iteration_curves, trace_curve
 
     torch.set_num_threads(threads)
     rows = []
     for key, params in SMALL:
-        real = profile_curve(key, params, "cpu", data_dir, warmup=1, steady=steady)
+        trace = profile_trace(key, params, "cpu", data_dir, iterations=1 + steady)
+        real = trace_curve(trace, warmup=1, meta={"workload": key})
+        first, *_, last = steady_iteration_curves(trace, warmup=1)
+        noise = {"real_vs_real_max_error": max_relative_error(first, last),
+                 "real_vs_real_within_2pct_shift": max_error_within_shift(first, last, 0.02)}
         t0 = time.perf_counter()
         est = estimate_curve(key, params, "cpu", data_dir, warmup=1, steady=2)
         est_s = time.perf_counter() - t0
-        row = {"key": key, "params": params, "real": real, "est": est, "estimate_s": est_s, **compare(est, real)}
+        row = {"key": key, "params": params, "real": real, "est": est, "estimate_s": est_s, **compare(est, real),
+               **noise}
         rows.append(row)
         print(f"{key:11s} peak real {_mib(real.peak_bytes)} MiB est {_mib(est.peak_bytes)} MiB "
               f"({row['peak_error']:+.2%}); max error {row['max_error']:.1%}, phase-aligned "
-              f"{row['max_error_phase_aligned']:.1%}; estimate {est_s:.1f} s", flush=True)
+              f"{row['max_error_phase_aligned']:.1%}, within 2 % shift {row['max_error_within_2pct_shift']:.1%}; "
+              f"real iteration vs real iteration {noise['real_vs_real_max_error']:.1%}; estimate {est_s:.1f} s",
+              flush=True)
     timing = []
     for key, params, device in LARGE:
         t0 = time.perf_counter()
@@ -67,22 +76,24 @@ def markdown(rows: list[dict], timing: list[dict], threads: int) -> str:
 
     lines = [
         "| workload | params | real peak MiB | estimate peak MiB | peak error | real persistent MiB | "
-        "estimate persistent MiB | max error (time axis) | max error (phase-aligned) | real iteration s | "
-        "modelled iteration s | estimate wall s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "estimate persistent MiB | max error | max error, phase-aligned | max error, 2 % shift allowed | "
+        "real vs real: max error (2 % shift) | real iteration s | modelled iteration s | estimate wall s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         p = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "defaults"
         lines.append(
             f"| {r['key']} | {p} | {_mib(r['real'].peak_bytes)} | {_mib(r['est'].peak_bytes)} | "
             f"{r['peak_error']:+.2%} | {_mib(r['real'].persistent_bytes)} | {_mib(r['est'].persistent_bytes)} | "
-            f"{r['max_error']:.1%} | {r['max_error_phase_aligned']:.1%} | {r['real'].iteration_s:.3f} | "
+            f"{r['max_error']:.1%} | {r['max_error_phase_aligned']:.1%} | {r['max_error_within_2pct_shift']:.1%} | "
+            f"{r['real_vs_real_max_error']:.1%} ({r['real_vs_real_within_2pct_shift']:.1%}) | {r['real'].iteration_s:.3f} | "
             f"{r['est'].iteration_s:.3f} | {r['estimate_s']:.1f} |")
     lines += ["", "| estimate | target | wall seconds | estimated peak MiB |", "|---|---|---:|---:|"]
     for t in timing:
         p = ", ".join(f"{k}={v}" for k, v in t["params"].items())
         lines.append(f"| {t['key']} ({p}) | {t['device']} | {t['seconds']:.1f} | {_mib(t['curve'].peak_bytes)} |")
-    lines += ["", f"torch {torch.__version__}, {threads} intra-op thread(s), "
+    lines += ["", f"torch {torch.__version__}, {threads} intra-op thread(s), {rows[0]['real'].meta.get('iterations_averaged')}"
+              " real steady iterations averaged (digits-cnn), "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
     return "\n".join(lines) + "\n"
 
@@ -93,9 +104,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", default=None, help="data directory (default: a temporary one)")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     ap.add_argument("--save", type=Path, default=None, help="write every curve as JSON into this folder")
+    ap.add_argument("--steady", type=int, default=3, help="real steady iterations averaged (default 3)")
     args = ap.parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="zico-accuracy-")
-    rows, timing = run(args.threads, data_dir)
+    rows, timing = run(args.threads, data_dir, args.steady)
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
         for r in rows:

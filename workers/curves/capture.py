@@ -70,20 +70,10 @@ def allocator_records_to_trace(records: Iterable[Any], job_id: int) -> Trace:
     return Trace(np.asarray(times, dtype=np.float64), deltas, float(first_before), marks)
 
 
-def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
-                  data_dir: str | Path | None = None, *, warmup: int = 1, steady: int = 3,
-                  job_id: int | None = None) -> MemoryCurve:
-    """Run ``warmup + steady`` real iterations of catalog workload ``key`` on ``device`` through the
-    Zico allocator and return its ``allocator-trace`` curve.
-
-    Installs the allocator for the device if needed (CUDA: before any CUDA allocation in this
-    process). Times are wall-clock seconds of the CPU thread.
-
-    Raises:
-        UnknownWorkload, ParamsError: bad key or params.
-        zico_allocator.ZicoError: the allocator cannot be installed here.
-        CurveError: the trace held no usable iteration.
-    """
+def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
+                  data_dir: str | Path | None = None, *, iterations: int = 4, job_id: int | None = None) -> Trace:
+    """Run ``iterations`` real iterations of catalog workload ``key`` on ``device`` through the Zico
+    allocator and return the job's :class:`Trace` (see :func:`profile_curve`)."""
     import torch
     import zico_allocator as za
 
@@ -101,23 +91,43 @@ def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = 
     # so the curve holds what the job itself allocates (as the estimate counts it).
     preload_data(job_params(key, params), data_dir)
     records: list[Any] = []
-    wall = time.perf_counter()
     with za.bind(job_id):
         job = create_training_job(key, params, device=str(target), data_dir=data_dir)
         marks = AllocatorMarks(za, job_id)
         records.extend(za.drain_trace())
-        for i in range(warmup + steady):
+        for i in range(iterations):
             job.run_iteration(i, marks)
             if target.type == "cuda":
                 torch.cuda.synchronize(target)
             records.extend(za.drain_trace())
         del job
     records.extend(za.drain_trace())
+    return allocator_records_to_trace(records, job_id)
+
+
+def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
+                  data_dir: str | Path | None = None, *, warmup: int = 1, steady: int = 3,
+                  job_id: int | None = None) -> MemoryCurve:
+    """Run ``warmup + steady`` real iterations of catalog workload ``key`` on ``device`` through the
+    Zico allocator and return its ``allocator-trace`` curve.
+
+    Installs the allocator for the device if needed (CUDA: before any CUDA allocation in this
+    process). Times are wall-clock seconds of the CPU thread.
+
+    Raises:
+        UnknownWorkload, ParamsError: bad key or params.
+        zico_allocator.ZicoError: the allocator cannot be installed here.
+        CurveError: the trace held no usable iteration.
+    """
+    import torch
+
+    wall = time.perf_counter()
+    trace = profile_trace(key, params, device, data_dir, iterations=warmup + steady, job_id=job_id)
+    target = torch.device(device)
     label = f"cuda:{target.index or 0}" if target.type == "cuda" else "cpu"
-    return trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
-                       device=label, meta={"workload": key, "params": job_params(key, params),
-                                           "profile_s": round(time.perf_counter() - wall, 3),
-                                           "torch": torch.__version__})
+    return trace_curve(trace, warmup=warmup, source="allocator-trace", device=label,
+                       meta={"workload": key, "params": job_params(key, params),
+                             "profile_s": round(time.perf_counter() - wall, 3), "torch": torch.__version__})
 
 
 def job_params(key: str, params: dict[str, Any] | None) -> dict[str, Any]:

@@ -18,8 +18,12 @@ Live bytes follow PyTorch's *active* count: an ``alloc`` adds its size, a ``free
 removes it (``free_requested`` only marks the free; the block is reusable once its streams'
 events complete). Older snapshots' ``free`` counts as a completed free.
 
-Iterations: with two or more ``Optimizer.step`` END annotations inside the trace, the curve is
-the last full iteration between two of them; otherwise the whole trace is one window.
+Note [Finding one iteration]
+With two or more ``Optimizer.step`` END annotations inside the trace, the curve is the last full
+iteration between two of them. Otherwise, if the signed sizes of the allocs and completed frees
+end in a sequence that repeats (the last period equals the one before) and returns memory to its
+level, the curve is that earlier complete period (``find_period``). Otherwise the whole trace is
+one window (``meta.window`` says which).
 """
 from __future__ import annotations
 
@@ -110,6 +114,7 @@ class LiveBytes:
     bytes: np.ndarray
     steps_end_us: list[float]
     device: int = 0
+    deltas: np.ndarray | None = None  # (n + 1,) signed bytes of each event (0 for marks/segments)
 
     @property
     def peak_bytes(self) -> int:
@@ -225,12 +230,29 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
     steps = sorted(float(a["time_us"]) for a in snap.get("external_annotations") or []
                    if isinstance(a, dict) and a.get("stage") == "END" and isinstance(a.get("time_us"), (int, float))
                    and "Optimizer.step" in str(a.get("name", "")) and a.get("device", device) == device)
-    return LiveBytes(times, live.astype(np.float64), steps, device)
+    return LiveBytes(times, live.astype(np.float64), steps, device, delta)
 
 
 def _inside(ranges: list[tuple[int, int]], addr: int, size: int) -> bool:
     i = bisect.bisect_right(ranges, (addr, float("inf"))) - 1
     return i >= 0 and ranges[i][0] <= addr and addr + size <= ranges[i][1]
+
+
+def find_period(deltas: np.ndarray, min_events: int = 8, min_swing: float = 0.25) -> int | None:
+    """Smallest p such that the last p nonzero deltas equal the p before them, sum to zero (memory
+    back at its level) and swing live bytes by at least ``min_swing`` of the whole trace's swing
+    (so a loop of equal small allocations, e.g. inside an optimizer step, is not taken for an
+    iteration); None when there is no such p. O(n^2 / 8) comparisons in numpy."""
+    nz = deltas[deltas != 0]
+    whole = np.cumsum(nz)
+    total_swing = float(whole.max() - min(whole.min(), 0)) if len(nz) else 0.0
+    for p in range(min_events, len(nz) // 2 + 1):
+        tail = nz[-p:]
+        if tail.sum() == 0 and np.array_equal(tail, nz[-2 * p:-p]):
+            level = np.cumsum(tail)
+            if float(level.max() - min(level.min(), 0)) >= min_swing * total_swing:
+                return p
+    return None
 
 
 def snapshot_curve(source: str | Path | bytes | BinaryIO, device: int | None = None,
@@ -244,9 +266,16 @@ def snapshot_curve(source: str | Path | bytes | BinaryIO, device: int | None = N
     t0, t1 = t[0], t[-1]
     inside = [s for s in lb.steps_end_us if t0 <= s <= t1]
     window = "whole trace"
+    period = find_period(lb.deltas) if len(inside) < 2 else None
     if len(inside) >= 2:
         t0, t1 = inside[-2], inside[-1]
         window = "between the last two optimizer steps"
+    elif period is not None:  # the complete period before the last one (Note [Finding one iteration])
+        idx = np.flatnonzero(lb.deltas)
+        t0, t1 = t[idx[-2 * period]], t[idx[-period]]
+        t0 = float(np.nextafter(t0, -np.inf))  # the period's first event belongs to it
+        t1 = float(np.nextafter(t1, -np.inf))
+        window = f"repeating period of {period} events"
     lo = max(int(np.searchsorted(t, t0, side="right")) - 1, 0)
     hi = int(np.searchsorted(t, t1, side="right"))
     ts, bs = t[lo:hi].copy(), b[lo:hi].copy()

@@ -112,6 +112,11 @@ def iteration_curve(trace: Trace, start: float, end: float, **kw: Any) -> Memory
     return curve_from_samples(ts, bs, **kw)
 
 
+def steady_iteration_curves(trace: Trace, warmup: int = 1, **kw: Any) -> list[MemoryCurve]:
+    """One curve per complete iteration after the first ``warmup`` ones (for noise figures)."""
+    return [iteration_curve(trace, s, e, **kw) for _, s, e, _ in iteration_windows(trace)[warmup:]]
+
+
 def trace_curve(trace: Trace, *, warmup: int = 1, source: str = "allocator-trace",
                 device: str = "cpu", meta: dict[str, Any] | None = None) -> MemoryCurve:
     """Average the steady iterations of ``trace`` into one curve (see Note [Averaging iterations]).
