@@ -1,4 +1,4 @@
-// cpu_shim.cpp — the CPU shim (libzico_cpu_shim.so): a c10::Allocator installed with
+// cpu_shim.cpp — the CPU shim (part of libzico_torch_shim.so): a c10::Allocator installed with
 // c10::SetCPUAllocator that routes CPU tensor allocations through the Zico host pool (device -1),
 // so real CPU training exercises the real allocator. Built against the installed torch's c10
 // headers by zico_allocator.build, cached per torch version.

@@ -1,8 +1,10 @@
 /* zico.h — the C ABI of the Zico shared allocator (libzico_core.so).
  *
- * Two functions are the allocator PyTorch's CUDAPluggableAllocator (and our CPU shim) call:
- *   void* zico_malloc(size_t size, int device, void* stream);
+ * Two functions are the allocator proper, with CUDAPluggableAllocator's signatures:
+ *   void* zico_malloc(size_t size, int device, void* stream);   (NULL when refused)
  *   void  zico_free(void* ptr, size_t size, int device, void* stream);
+ * torch is given the torch shim's wrappers (allocator/shim/cuda_entry.cpp), which throw torch's
+ * out-of-memory error instead of returning NULL; the CPU shim calls these two directly.
  * Everything else is a control call used by the Python binding (ctypes).
  *
  * Conventions:

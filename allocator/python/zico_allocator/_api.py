@@ -147,7 +147,11 @@ def install_cuda(device: int = 0) -> None:
         handle = ctypes.CDLL(str(cuda_lib), mode=ctypes.RTLD_GLOBAL)
         if handle.zico_cuda_register() <= index:
             raise ZicoError(f"CUDA device {index} is not visible to this process")
-        allocator = torch.cuda.memory.CUDAPluggableAllocator(str(build.ensure_core()), "zico_malloc", "zico_free")
+        # The torch shim's entry points raise torch.OutOfMemoryError where zico_malloc returns NULL.
+        shim_path = build.ensure_shim()
+        ctypes.CDLL(str(shim_path), mode=ctypes.RTLD_GLOBAL)
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(str(shim_path), "zico_torch_cuda_malloc",
+                                                             "zico_torch_cuda_free")
         try:
             torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as exc:

@@ -1,7 +1,8 @@
 """Builds the native allocator: `python -m zico_allocator.build` (what the project's setup calls).
 
-Configures and builds allocator/ with CMake into a gitignored build directory, and the CPU shim
-(a ~1 s g++ build against the installed torch's c10 headers, cached per torch version). The
+Configures and builds allocator/ with CMake into a gitignored build directory, and the torch shim
+(the CPU shim plus the CUDAPluggableAllocator entry points: a ~2 s g++ build against the installed
+torch's c10 headers, cached per torch version). The
 binding calls `ensure_core()` / `ensure_shim()` lazily, so a fresh checkout also works; a file
 lock (fcntl) keeps two processes from building at once, and sources newer than the last build make
 it stale.
@@ -23,7 +24,8 @@ from pathlib import Path
 SOURCE_DIR = Path(__file__).resolve().parents[2]  # .../allocator
 CORE_LIB = "libzico_core.so"
 CUDA_LIB = "libzico_cuda.so"
-SHIM_LIB = "libzico_cpu_shim.so"
+SHIM_LIB = "libzico_torch_shim.so"
+SHIM_SOURCES = ("cpu_shim.cpp", "cuda_entry.cpp")
 
 
 class BuildError(RuntimeError):
@@ -106,7 +108,8 @@ def cuda_library() -> Path | None:
 
 
 def ensure_shim() -> Path:
-    """Path of the CPU shim for the installed torch, building it when missing or stale.
+    """Path of the torch shim (CPU shim + CUDA entry points) for the installed torch, built when
+    missing or stale.
 
     Imports torch (only to read its version, headers and C++ ABI). Raises BuildError when g++ fails.
     """
@@ -116,7 +119,8 @@ def ensure_shim() -> Path:
     core = ensure_core()
     out_dir = build_root() / "shim" / f"torch-{torch.__version__}"
     lib = out_dir / SHIM_LIB
-    sources = [SOURCE_DIR / "shim" / "cpu_shim.cpp", SOURCE_DIR / "include" / "zico" / "zico.h", core]
+    sources = [SOURCE_DIR / "shim" / name for name in SHIM_SOURCES]
+    sources += [SOURCE_DIR / "include" / "zico" / "zico.h", core]
     if not _stale(lib, sources):
         return lib
     with _lock(build_root()):
@@ -127,7 +131,7 @@ def ensure_shim() -> Path:
             cmd = [os.environ.get("CXX", "g++"), "-std=c++17", "-O2", "-fPIC", "-shared",
                    f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
             cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-            cmd += [f"-I{SOURCE_DIR / 'include'}", str(SOURCE_DIR / "shim" / "cpu_shim.cpp"),
+            cmd += [f"-I{SOURCE_DIR / 'include'}", *(str(SOURCE_DIR / "shim" / n) for n in SHIM_SOURCES),
                     "-o", str(lib) + ".tmp", f"-L{torch_lib}", "-lc10", f"-L{core.parent}", "-lzico_core",
                     f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{core.parent}"]
             _run(cmd)
@@ -154,7 +158,7 @@ def build_stress(sanitize: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the Zico native allocator.")
-    parser.add_argument("--no-shim", action="store_true", help="skip the CPU shim (needs torch)")
+    parser.add_argument("--no-shim", action="store_true", help="skip the torch shim (needs torch)")
     args = parser.parse_args(argv)
     core = ensure_core()
     print(f"core: {core}")
@@ -162,9 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cuda upstream: {cuda if cuda.exists() else 'not built (CUDA toolkit not found)'}")
     if not args.no_shim:
         try:
-            print(f"cpu shim: {ensure_shim()}")
+            print(f"torch shim: {ensure_shim()}")
         except ImportError:
-            print("cpu shim: skipped (torch is not installed)")
+            print("torch shim: skipped (torch is not installed)")
     return 0
 
 
