@@ -37,6 +37,10 @@ def test_sign_in_submit_invalid_then_valid_and_see_it_listed(page, sign_in, pers
     row = page.locator(f'tr[data-job="{job.pk}"]')
     expect(row).to_contain_text("browser run")
     expect(row.locator(".badge")).to_have_text("queued")
+    page.evaluate("window.__same_page = true")
+    job.transition("profiling")                                # the list follows without a reload
+    expect(row.locator(".badge")).to_have_text("profiling", timeout=5000)
+    assert page.evaluate("window.__same_page") is True
 
 
 @pytest.mark.django_db(transaction=True)
@@ -75,3 +79,20 @@ def test_job_page_shows_stored_data_and_a_notice_when_redis_is_down(page, sign_i
     expect(page.locator('#job-summary dd[data-k="peak_bytes"]')).to_have_text("12.00 GiB")
     page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
                            ".getOption().series[0].data.length === 30")   # one stored point per second
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_page_follows_live_samples_then_says_so_when_redis_goes_away(page, sign_in, personas, cluster,
+                                                                        publish, settings):
+    sign_in(personas.owner)
+    page.goto(f"/jobs/{cluster.acme_job.pk}/")
+    expect(page.locator("#live-state")).to_have_text("Live")
+    publish(job=cluster.acme_job.pk, device=cluster.key, allocated=11 * GIB, reserved=13 * GIB, iteration=42)
+    summary = page.locator("#job-summary")
+    expect(summary.locator('dd[data-k="current_allocated_bytes"]')).to_have_text("11.00 GiB", timeout=2000)
+    expect(summary.locator('dd[data-k="iteration"]')).to_have_text("42")
+    expect(page.locator("#live-notice")).to_be_hidden()
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"   # Redis goes away while the page is open
+    expect(page.locator("#live-notice")).to_be_visible(timeout=3000)
+    expect(summary.locator('dd[data-k="peak_bytes"]')).to_have_text("13.00 GiB")   # what it had still shows

@@ -25,7 +25,7 @@
     Z.fillSummary(document.getElementById("job-summary"), {
       peak_bytes: peak || null, budget_bytes: budget,
       current_allocated_bytes: last ? last[1] : null, current_reserved_bytes: last ? last[2] : null,
-      iteration: d.job.iteration,
+      iteration: last && last[3] !== null && last[3] !== undefined ? last[3] : d.job.iteration,  // live first
     });
     const s = d.job, badge = document.getElementById("job-status");
     badge.textContent = s.status; badge.className = `badge badge-${s.status}`;
