@@ -129,15 +129,24 @@ Upstream* make_cuda_upstream(int device) {
 }  // namespace
 }  // namespace zico
 
+namespace {
+const char* g_cuda_error = "";
+}
+
 extern "C" {
-// Registers the CUDA upstream with the core; returns the number of visible CUDA devices (0 = none).
+// Registers the CUDA upstream with the core; returns the number of visible CUDA devices, or -1
+// when the CUDA runtime cannot start (zico_cuda_error() says why, e.g. a driver too old for it).
 int zico_cuda_register(void) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  cudaError_t r = cudaGetDeviceCount(&n);
+  if (r != cudaSuccess) {
+    g_cuda_error = cudaGetErrorString(r);
     cudaGetLastError();
-    return 0;
+    return -1;
   }
   zico_register_cuda_factory(&zico::make_cuda_upstream);
   return n;
 }
+
+const char* zico_cuda_error(void) { return g_cuda_error; }
 }

@@ -1,5 +1,6 @@
 """The pool through the C ABI: PyTorch's size rounding, best-fit reuse, splitting and coalescing,
 torch-style statistics, the snapshot, the trace, the OOM reasons, and misuse raising errors."""
+import shutil
 import subprocess
 import sys
 
@@ -212,3 +213,13 @@ def test_installing_twice_on_one_device_raises(make_pool):
 def test_importing_the_binding_does_not_import_torch():
     code = "import sys, zico_allocator as za; za.memory_stats; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_install_cuda_without_a_usable_gpu_raises_a_clear_error():
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU may be visible here; the gpu-marked tests cover install_cuda")
+    code = ("import zico_allocator as za\n"
+            "try:\n    za.install_cuda(0)\nexcept za.ZicoError as exc:\n    print('ZicoError:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ZicoError: ") and len(out.stdout) > 20

@@ -145,8 +145,12 @@ def install_cuda(device: int = 0) -> None:
         if cuda_lib is None:
             raise ZicoError("the CUDA upstream was not built: no CUDA toolkit was found at build time")
         handle = ctypes.CDLL(str(cuda_lib), mode=ctypes.RTLD_GLOBAL)
-        if handle.zico_cuda_register() <= index:
-            raise ZicoError(f"CUDA device {index} is not visible to this process")
+        handle.zico_cuda_error.restype = ctypes.c_char_p
+        count = handle.zico_cuda_register()
+        if count < 0:
+            raise ZicoError(f"the CUDA runtime did not start: {handle.zico_cuda_error().decode()}")
+        if count <= index:
+            raise ZicoError(f"CUDA device {index} is not visible to this process ({count} visible)")
         # The torch shim's entry points raise torch.OutOfMemoryError where zico_malloc returns NULL.
         shim_path = build.ensure_shim()
         ctypes.CDLL(str(shim_path), mode=ctypes.RTLD_GLOBAL)
