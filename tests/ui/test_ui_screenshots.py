@@ -5,7 +5,6 @@ time shift so their peaks do not coincide (the Zico idea). Older minutes come fr
 the last two from live samples in Redis. PNGs go to ``$ZICO_SCREENSHOT_DIR`` when set (the README's
 docs/screenshots are made with ``ZICO_SCREENSHOT_DIR=docs/screenshots``), else to a temporary folder.
 """
-import math
 import os
 import time
 from datetime import datetime, timezone
@@ -115,7 +114,8 @@ def more_jobs(p):
     failed = submit_job(tenant=p.tenant, owner=p.teammate, workload="resnet18", params={"batch_size": 512},
                         name="resnet18-sweep-3")
     failed.transition("failed", reason="profiling: CUDA out of memory at batch 512")
-    submit_job(tenant=p.tenant, owner=p.owner, workload="resnet18", params={"batch_size": 128}, name="resnet18-ablation")
+    submit_job(tenant=p.tenant, owner=p.owner, workload="resnet18", params={"batch_size": 128},
+               name="resnet18-ablation")
     prof = submit_job(tenant=p.tenant, owner=p.teammate, workload="gpt2-small", params={"data": "synthetic"},
                       name="gpt2-distill")
     prof.transition("profiling")
