@@ -236,6 +236,8 @@ class Coordinator:
                     return Decision(False, None, "infeasible")
                 if delay <= 0.0:
                     return Decision(True, 0.0)
+                if not reserved:  # nobody ahead holds a reservation: the budget alone delays it
+                    return Decision(False, delay, "budget")
                 alone = least_delay_s(me, [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
                                       self._budget, dt)
                 return Decision(False, delay, "budget" if alone and alone > 0 else "line")

@@ -73,10 +73,12 @@ def bin_max(curve: MemoryCurve, start_fraction: float, bin_fraction: float, nbin
     edges = start_fraction + np.arange(nbins) * bin_fraction
     out = np.where(edges < 1.0, curve.at(np.minimum(edges, 1.0 - 1e-12)), after)
     f = curve.fractions
-    inside = (f > start_fraction) & (f < 1.0)
-    idx = np.floor((f[inside] - start_fraction) / bin_fraction).astype(np.int64)
-    ok = idx < nbins
-    np.maximum.at(out, idx[ok], curve.bytes[inside][ok])
+    lo = int(np.searchsorted(f, start_fraction, side="right"))
+    hi = int(np.searchsorted(f, min(1.0, start_fraction + nbins * bin_fraction), side="left"))
+    if hi > lo:  # steps starting inside the window, grouped by bin (fractions are sorted)
+        idx = np.minimum(np.floor((f[lo:hi] - start_fraction) / bin_fraction).astype(np.int64), nbins - 1)
+        bins, first = np.unique(idx, return_index=True)
+        out[bins] = np.maximum(out[bins], np.maximum.reduceat(curve.bytes[lo:hi], first))
     end_bin = math.floor((1.0 - start_fraction) / bin_fraction)
     if 0 <= end_bin < nbins:
         out[end_bin] = max(out[end_bin], after)

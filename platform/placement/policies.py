@@ -14,7 +14,7 @@ import dataclasses
 from typing import Hashable, Protocol, Sequence
 
 from .gating import BUDGET_RTOL, minimal_feasible_budget
-from .groups import plan_group
+from .groups import contention_factor, plan_group
 from .state import ClusterState, Device, Job, Placement, SharingPlan
 from .tenancy import Quotas, fair_order, fifo_order, may_share
 
@@ -144,7 +144,7 @@ class MemoryAware:
     def _choose(self, job, buckets, groups, budgets, state, left):
         empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[1])
         best_empty = None
-        best_share = None
+        candidates = []
         for sig, ids in buckets.items():
             dev_id = ids[0]
             group, budget = groups[dev_id], budgets[dev_id]
@@ -155,16 +155,37 @@ class MemoryAware:
             if len(group) >= self.max_group or not may_share(job, group, state.tenants):
                 continue
             members = group + [job]
-            if minimal_feasible_budget([j.curve for j in members]) > budget * (1 + BUDGET_RTOL):
+            if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
                 continue
+            curves = [j.curve for j in members]
+            if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
+                continue
+            candidates.append((saving_upper_bound(curves), dev_id, members, budget))
+        if best_empty is not None and (not candidates or empty_count > left):
+            return best_empty, self.cache.plan([job], budgets[best_empty])
+        # branch and bound: plan the groups in order of their best possible saving and stop
+        # once no remaining group can beat the best plan found
+        candidates.sort(key=lambda c: -c[0])
+        best = None
+        for bound, dev_id, members, budget in candidates:
+            if best is not None and bound <= best[0][0]:
+                break
             plan = self.cache.plan(members, budget)
             if plan is None or max(plan.predicted_slowdown) > self.max_slowdown:
                 continue
             score = (plan.saving_bytes, -max(plan.predicted_slowdown))
-            if best_share is None or score > best_share[0]:
-                best_share = (score, dev_id, plan)
-        if best_empty is not None and (best_share is None or empty_count > left):
+            if best is None or score > best[0]:
+                best = (score, dev_id, plan)
+        if best is not None:
+            return best[1], best[2]
+        if best_empty is not None:
             return best_empty, self.cache.plan([job], budgets[best_empty])
-        if best_share is not None:
-            return best_share[1], best_share[2]
         return None
+
+
+def saving_upper_bound(curves: Sequence) -> float:
+    """Most bytes a group can save: sum of peaks minus a lower bound of any combined peak,
+    ``max_i(peak_i + sum_{j != i} min_j)`` (every job holds at least its curve's minimum)."""
+    lows = [float(c.bytes.min()) for c in curves]
+    low_total = sum(lows)
+    return sum(c.peak_bytes for c in curves) - max(c.peak_bytes + low_total - lo for c, lo in zip(curves, lows))

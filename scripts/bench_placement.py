@@ -1,0 +1,84 @@
+"""Scale benchmark of the placement policies: one scheduling round placing 1,000 queued jobs on
+256 devices (half of them already running a job), the service's target being under 1 s.
+
+    .venv/bin/python scripts/bench_placement.py [--jobs 1000] [--devices 256] [--repeat 3]
+
+Prints seconds per round for FIFO first-fit (the baseline, measured in the same run) and the
+memory-aware policy with a cold plan cache (a fresh service) and a warm one (later rounds), and
+the memory-aware figures as ratios to the baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from placement.curves import triangular_curve
+from placement.policies import FirstFitFifo, MemoryAware, PlanCache
+from placement.state import ClusterState, Device, Job, Tenant
+
+GB = 1e9
+
+
+def workload_curves(n: int, rng: random.Random):
+    """``n`` synthetic workloads (a catalog): persistent 1-8 GB, peak +2-30 GB, 50-800 ms
+    iterations; jobs of one workload share its curve (as profiles of one workload do)."""
+    out = []
+    for _ in range(n):
+        m0 = rng.uniform(1, 8) * GB
+        out.append(triangular_curve(m0, m0 + rng.uniform(2, 30) * GB, rng.choice([0.05, 0.1, 0.2, 0.4, 0.8]),
+                                    forward_fraction=rng.uniform(0.3, 0.7)))
+    return out
+
+
+def make_state(n_jobs: int, n_devices: int, seed: int = 0) -> ClusterState:
+    rng = random.Random(seed)
+    curves = workload_curves(12, rng)
+    shares = [rng.choice([0.3, 0.5, 0.7]) for _ in curves]  # a workload's compute share, as profiled
+    tenants = {f"t{i}": Tenant(f"t{i}", weight=rng.choice([1, 1, 2, 4]), allow_cross_tenant=i % 2 == 0,
+                               max_running_jobs=rng.choice([None, 64, 128]), usage_byte_seconds=rng.uniform(0, 1e15))
+               for i in range(10)}
+
+    def job(i, at):
+        k = rng.randrange(len(curves))
+        return Job(f"j{i}", f"t{rng.randrange(10)}", curves[k], submitted_s=at, priority=rng.choice([0, 0, 1]),
+                   iterations=rng.randint(100, 5000), compute_share=shares[k], curve_key=k)
+
+    devices = []
+    for d in range(n_devices):
+        running = (job(100_000 + d, -1.0),) if d % 2 == 0 else ()
+        devices.append(Device(f"d{d}", rng.choice([40, 80, 141]) * GB, running, "gpu", f"h{d // 8}", d % 8))
+    return ClusterState(tuple(devices), tuple(job(i, float(i)) for i in range(n_jobs)), tenants)
+
+
+def timed(fn, repeat: int) -> tuple[float, int]:
+    times, n = [], 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        n = len(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--devices", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    state = make_state(args.jobs, args.devices)
+    base, n_base = timed(lambda: FirstFitFifo().place(state), args.repeat)
+    cold, n_cold = timed(lambda: MemoryAware().place(state), args.repeat)
+    warm_policy = MemoryAware(cache=PlanCache())
+    warm_policy.place(state)
+    warm, n_warm = timed(lambda: warm_policy.place(state), args.repeat)
+    print(f"{args.jobs} queued jobs, {args.devices} devices ({args.devices // 2} running a job), median of {args.repeat}")
+    print(f"  fifo first-fit (baseline)      {base:8.3f} s  placed {n_base}")
+    print(f"  memory-aware, cold plan cache  {cold:8.3f} s  placed {n_cold}  ({cold / base:.1f}x baseline)")
+    print(f"  memory-aware, warm plan cache  {warm:8.3f} s  placed {n_warm}  ({warm / base:.1f}x baseline)")
+    print(f"  target: a round under 1 s -> {'met' if cold < 1.0 else 'NOT met'} (cold)")
+
+
+if __name__ == "__main__":
+    main()
