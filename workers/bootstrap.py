@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     from zico.queues import device_queue
 
     from . import tasks  # noqa: F401  (registers zico.device.*)
+    from .celery_fixes import patch_kombu_redis_collected_channel
+
+    patch_kombu_redis_collected_channel()  # Note [Celery worker dies when Redis restarts]
 
     _config = build_config(args)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack

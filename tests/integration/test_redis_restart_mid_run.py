@@ -1,0 +1,51 @@
+"""Redis restarted mid-run (fresh and empty, as after a crash without persistence): the worker reconnects, the
+job continues and succeeds, the telemetry gap is recorded, and neither the worker nor the consumer crashes."""
+import time
+
+import pytest
+from celery import Celery
+from django.contrib.auth import get_user_model
+
+from zico.cluster.models import Device, Placement
+from zico.jobs.models import Job
+from zico.jobs.submission import submit_job
+from zico.queues import cpu_queue
+from zico.telemetry.models import TelemetryGap, TimelinePoint
+from zico.tenants.models import Role, Tenant
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_server, waiter):
+    client = Celery("it", broker=redis_server.url, backend=redis_server.url)
+    consumer = stack.consumer(lost_after_s=10)
+    worker = stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
+    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
+                    "the worker's device registration")
+    tenant = Tenant.objects.create(name="T", slug="t")
+    owner = get_user_model().objects.create_user("owner")
+    tenant.add_member(owner, Role.OWNER)
+    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params={"iterations": 300})
+    job.transition("ready")
+    placement = Placement.open(device, [job], plan={})
+    client.send_task("zico.device.run_job", queue=cpu_queue(stack.host),
+                     args=[job.pk, {"workload": job.workload, "params": job.params, "placement": placement.pk}])
+    waiter(lambda: Job.objects.filter(pk=job.pk, status="running", progress_iteration__gt=0).exists(), 180,
+           "the job to make progress")
+
+    redis_server.restart(down_s=3.0)
+    restarted_at = time.time()
+
+    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "queued"), 600, "the job to end")
+    job.refresh_from_db()
+    assert job.status == "succeeded", (job.status, job.failure_reason)
+    assert job.lost_count == 0  # the outage was not mistaken for a dead worker
+    gap = waiter(lambda: TelemetryGap.objects.filter(device=device).first(), 60, "the telemetry gap row")
+    assert 2.0 <= gap.seconds <= 60 and gap.end.timestamp() <= restarted_at + 60
+    after = TimelinePoint.objects.filter(job=job, second__gt=int(restarted_at) + 1)
+    assert after.exists()  # telemetry resumed after the restart
+    assert worker.poll() is None and consumer.poll() is None  # nothing crashed
+    # the worker reconnected to the broker: it still takes new tasks
+    facts = client.send_task("zico.device.describe", queue=cpu_queue(stack.host)).get(timeout=120)
+    assert facts["pid"] == worker.pid
+    assert "Unrecoverable error" not in stack.log("worker.log")
