@@ -53,3 +53,18 @@ def test_a_correction_scales_and_offsets_the_estimate(tmp_path):
     assert fixed.peak_bytes == pytest.approx(plain.peak_bytes * 1.1 + 1000)
     assert fixed.persistent_bytes == pytest.approx(plain.persistent_bytes * 1.1 + 1000)
     assert fixed.meta["correction"] == {"scale": 1.1, "offset_bytes": 1000}
+
+
+def test_a_workloads_registered_correction_applies_to_its_device_type(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from workers.workloads import catalog
+
+    plain = estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
+    corrected = replace(catalog.get_workload("digits-cnn"),
+                        estimate_corrections={"cpu": {"scale": 1.0, "offset_bytes": 4096.0}})
+    builtins = tuple(corrected if w.key == "digits-cnn" else w for w in catalog._BUILTIN)
+    monkeypatch.setattr(catalog, "_BUILTIN", builtins)
+    again = estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
+    assert again.peak_bytes == plain.peak_bytes + 4096
+    assert estimate_curve("digits-cnn", {"batch_size": 8}, "cuda", tmp_path, steady=1).meta.get("correction") is None

@@ -157,6 +157,7 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     Runs ``warmup + steady`` iterations on fake tensors; persistent bytes start with the model's
     parameters and buffers. ``device`` is the target (``"cpu"`` or ``"cuda[:N]"``; no GPU is
     needed). Takes seconds even for GPT-2 small at batch 8 x 1024 (see docs/curve-accuracy.md).
+    ``correction`` defaults to the workload's ``estimate_corrections`` for the target's device type.
 
     Raises:
         UnknownWorkload, ParamsError: bad key or params.
@@ -194,6 +195,8 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
                               "ops_per_iteration": recorder.ops // (warmup + steady), "cost_model": cost.name,
                               "fake_device": str(fake_device),
                               "torch": torch.__version__})
+    if correction is None and workload.estimate_corrections.get(target.type):
+        correction = Correction(**workload.estimate_corrections[target.type])
     return correction.apply(curve) if correction else curve
 
 

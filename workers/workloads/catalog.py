@@ -59,6 +59,9 @@ class Workload:
             is false so a typo is an error, not silently ignored.
         defaults: values filled in for params the user leaves out.
         builder: ``"module:function"`` of the torch-side factory (never taken from user input).
+        estimate_corrections: per device type (``"cpu"``, ``"cuda"``), ``{"scale": s,
+            "offset_bytes": b}`` applied to this workload's fake-tensor estimates
+            (``bytes' = s * bytes + b``), once measured against real runs; see docs/curves.md.
     """
 
     key: str
@@ -69,6 +72,7 @@ class Workload:
     builder: str
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    estimate_corrections: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description for the API and the web form (no builder path)."""
