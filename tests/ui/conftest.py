@@ -79,9 +79,9 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(personas):
+def cluster(personas, rdb):
     """One 80 GiB GPU (budget 72 GiB) running an acme job and a rival job together, with a memory curve,
-    a sharing plan, a delay event and one minute of stored timeline for each job."""
+    a sharing plan, a delay event and 30 s of stored timeline for each job; the live stream starts empty."""
     p = personas
     node = Node.objects.create(host="node-a")
     device = Device.objects.create(node=node, index=0, kind="gpu", name="NVIDIA H100 80GB HBM3",

@@ -164,3 +164,11 @@ def test_outsider_posts_to_another_tenant_are_404_and_change_nothing(cluster, cl
     assert member.role == "member" and personas.tenant.max_running_jobs == 4
     assert personas.tenant.role_of(personas.outsider) is None
     assert not personas.outsider.api_tokens.exists()
+
+
+def test_wide_windows_put_every_jobs_buckets_on_one_time_grid(cluster, client_for, personas):
+    d = client_for(personas.staff).get(f"/data/devices/{cluster.device.pk}/timeline.json",
+                                       {"window": 21600}).json()        # 6 h: 36 s buckets
+    grids = [[p[0] for p in pts] for pts in d["series"].values()]
+    assert len(grids) == 2 and grids[0] == grids[1] and all(t % 36 == 0 for t in grids[0])
+    assert {p[1] for pts in d["series"].values() for p in pts} == {10 * GIB, 6 * GIB}

@@ -57,15 +57,21 @@ def device_key(device) -> str:
 
 
 def _stored(qs, since_s: int, window_s: int, value_fields: Iterable[str]) -> list[dict[str, Any]]:
-    """Stored points since ``since_s`` bucketed to <= MAX_POINTS per (job); each bucket keeps its maxima."""
+    """Stored points since ``since_s`` bucketed to <= MAX_POINTS per (job); each bucket keeps its maxima.
+
+    A bucket's time is its start (a multiple of the bucket size), the same for every job, so the stacked
+    device chart lays every band on one time grid.
+    """
     bucket = max(1, math.ceil(window_s / MAX_POINTS))
     qs = qs.filter(second__gte=since_s)
     if bucket == 1:
         return list(qs.order_by("second").values("second", "job_id", *value_fields))
     b = ExpressionWrapper(F("second") / Value(bucket), output_field=BigIntegerField())
-    rows = (qs.annotate(b=b).values("b", "job_id")
-            .annotate(second=Max("second"), **{f: Max(f) for f in value_fields}).order_by("b"))
-    return list(rows)
+    rows = list(qs.annotate(b=b).values("b", "job_id").annotate(**{f: Max(f) for f in value_fields})
+                .order_by("b"))
+    for r in rows:
+        r["second"] = r.pop("b") * bucket
+    return rows
 
 
 def _summary(peak: int | None, budget: int | None, allocated: int | None, reserved: int | None) -> dict:
