@@ -6,6 +6,7 @@ their own, e.g. REDIS_URL=redis://127.0.0.1:6379/7); the telemetry stream is emp
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -125,8 +126,8 @@ VENDOR_JS = settings.BASE_DIR / "frontend" / "static" / "vendor" / "echarts" / "
 
 @pytest.fixture
 def browser(monkeypatch):
-    """A headless Chromium for one test. Fails with the fix named when the chart library is missing
-    (scripts/setup.sh builds it).
+    """A headless Chromium for one test. Fails with the fix named when chromium or the chart library is
+    missing (scripts/setup.sh installs the one and builds the other).
 
     Playwright's sync API keeps an asyncio loop running in this thread, which trips Django's async-safety
     check on every ORM call the test itself makes; the check is lifted for this test only (the live
@@ -135,6 +136,8 @@ def browser(monkeypatch):
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup.sh does)")
     if not VENDOR_JS.exists():
         pytest.fail(f"{VENDOR_JS} is missing: run `npm ci && npm run build` in frontend/")
     with sync_playwright() as pw:
