@@ -139,3 +139,55 @@ def test_a_refused_cpu_allocation_raises_torch_out_of_memory():
         za.set_budget(None, "cpu")
         za.set_budget_wait(30.0, "cpu")
         za.set_cpu_scope("off")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_real_models_in_lockstep_progress_under_a_tight_budget():
+    """Deadlock rule with real tensors: two GPT-2-style jobs start every iteration together under a
+    budget between one job's solo peak and the sum of both; neither fails, both finish."""
+    za.install_cpu(scope="bound")
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        solo = solo_peak(Job(GPT_JOB, make_gpt))
+        budget = solo + solo // 2
+        za.empty_cache("cpu")
+        za.reset_peak_memory_stats("cpu")
+        za.set_budget(budget, "cpu")
+        za.set_budget_wait(60.0, "cpu")
+        start = threading.Barrier(2, timeout=120)
+
+        class LockstepJob(Job):
+            def run(self):
+                self.turns = None
+                with za.bind(self.job_id):
+                    model, loss_fn = self.factory()
+                    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+                    for it in range(4):
+                        start.wait()
+                        za.mark(self.job_id, "iteration_start", it)
+                        loss = loss_fn()
+                        za.mark(self.job_id, "backward", it)
+                        loss.backward()
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                        self.losses.append(loss.item())
+                        del loss
+                        za.mark(self.job_id, "iteration_end", it)
+                    del model, optimizer, loss_fn
+
+        jobs = [LockstepJob(201, make_gpt), LockstepJob(202, make_gpt)]
+        run_threads(jobs)
+        pool = za.memory_stats(device="cpu")
+    finally:
+        za.set_budget(None, "cpu")
+        za.set_budget_wait(30.0, "cpu")
+        torch.set_num_threads(threads_before)
+        za.set_cpu_scope("off")
+    print(f"solo peak {solo}, budget {budget}, shared peak {pool['reserved_bytes.all.peak']}, "
+          f"waits {pool['num_budget_waits']}, overruns {pool['num_budget_overruns']}")
+    assert [len(j.losses) for j in jobs] == [4, 4]
+    assert pool["num_ooms"] == 0
+    assert pool["num_budget_waits"] >= 1  # the budget really bound the two jobs
+    assert all(j.losses[-1] < j.losses[0] for j in jobs)
