@@ -113,7 +113,7 @@ def test_two_models_train_concurrently_through_the_shim():
         assert stats["allocated_bytes.all.current"] == 0  # everything it allocated came back
         assert stats["iteration"] == ITERATIONS - 1 and len(history) >= ITERATIONS
     assert pool["reserved_bytes.all.peak"] < solo[RESNET_JOB] + solo[GPT_JOB]
-    assert pool["num_ooms"] == 0
+    assert all(stats["num_ooms"] == 0 for stats in per_job.values())
     za.check_invariants("cpu")
     for job in jobs:
         assert job.losses[-1] < job.losses[0] * 0.9, (job.job_id, job.losses)
@@ -188,6 +188,6 @@ def test_two_real_models_in_lockstep_progress_under_a_tight_budget():
     print(f"solo peak {solo}, budget {budget}, shared peak {pool['reserved_bytes.all.peak']}, "
           f"waits {pool['num_budget_waits']}, overruns {pool['num_budget_overruns']}")
     assert [len(j.losses) for j in jobs] == [4, 4]
-    assert pool["num_ooms"] == 0
-    assert pool["num_budget_waits"] >= 1  # the budget really bound the two jobs
+    assert all(za.memory_stats(job=j.job_id, device="cpu")["num_ooms"] == 0 for j in jobs)
+    assert sum(za.memory_stats(job=j.job_id, device="cpu")["num_budget_waits"] for j in jobs) >= 1
     assert all(j.losses[-1] < j.losses[0] for j in jobs)
