@@ -84,7 +84,7 @@ def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = 
     if target.type == "cuda":
         if not za.is_installed(target):
             za.install_cuda(target.index or 0)
-    elif not za.is_installed("cpu"):
+    else:  # installs the host pool and CPU shim if missing; (re)sets the shim to route bound threads
         za.install_cpu()
     job_id = next(_job_ids) if job_id is None else job_id
     # Datasets stay on the host and are loaded once per process: load them outside the binding,

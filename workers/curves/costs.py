@@ -5,8 +5,9 @@ roofline (Williams, Waterman, Patterson, CACM 2009). FLOPs come from PyTorch's o
 ``torch.utils.flop_counter.flop_registry`` (matmuls, convolutions, attention); every other
 operator counts as memory-bound, moving its inputs' and outputs' bytes once.
 
-For ``cpu`` the rates are measured on this machine (a matmul and a large add, ~0.2 s, once per
-process). For ``cuda`` they are datasheet figures of an NVIDIA H100/H200 SXM (dense FP32 67 TFLOPS,
+For ``cpu`` the rates are measured on this machine (a matmul, a convolution, a large add and the
+operator overhead of each phase of a tiny training step; ~0.3 s, once per process). Convolutions
+get their own rate: oneDNN reaches about half the matmul rate on small images here. For ``cuda`` they are datasheet figures of an NVIDIA H100/H200 SXM (dense FP32 67 TFLOPS,
 BF16 tensor cores 989 TFLOPS, HBM3e 4.8 TB/s) derated to rates eager PyTorch reaches (about half
 and 70 %), with ~6 us launch overhead per operator. Only ratios matter for the curve's shape;
 the absolute figures set ``iteration_s``.
@@ -22,6 +23,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 _HALF = (torch.bfloat16, torch.float16)
+_aten = torch.ops.aten
+_CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class DeviceCost:
     bytes_per_s: float
     overhead_s: float
     phase_overhead_s: tuple[tuple[str, float], ...] = ()
+    conv_flops_per_s: float | None = None  # convolutions, when they run at another rate than matmuls
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
         """Modelled seconds of one aten operator call issued in ``phase``."""
@@ -49,7 +53,10 @@ class DeviceCost:
             except Exception:  # noqa: BLE001 - an unusual signature costs as memory-bound
                 flops = 0
             half = any(t.dtype in _HALF for t in tensors)
-            seconds = max(seconds, flops / (self.half_flops_per_s if half else self.flops_per_s))
+            rate = self.half_flops_per_s if half else self.flops_per_s
+            if self.conv_flops_per_s and func.overloadpacket in _CONV:
+                rate = self.conv_flops_per_s
+            seconds = max(seconds, flops / rate)
         return dict(self.phase_overhead_s).get(phase, self.overhead_s) + seconds
 
 
@@ -59,22 +66,31 @@ CUDA_COST = DeviceCost("cuda-h100-class", flops_per_s=0.5 * 67e12, half_flops_pe
 
 @lru_cache(maxsize=1)
 def measured_cpu_cost() -> DeviceCost:
-    """Rates of this machine's CPU with torch's current thread count, measured once (~0.2 s)."""
+    """Rates of this machine's CPU with torch's current thread count, measured once (~0.3 s):
+    a 384^3 matmul, a 3x3 convolution (batch 2, 64 -> 64 channels, 32 x 32), a 4-M-element add,
+    and the per-phase operator overhead of a tiny training step."""
     a = torch.randn(384, 384)
-    torch.mm(a, a)
-    t = time.perf_counter()
-    for _ in range(8):
-        torch.mm(a, a)
-    flops = 8 * 2 * 384**3 / (time.perf_counter() - t)
+    flops = 2 * 384**3 / _best_seconds(lambda: torch.mm(a, a))
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1)
+    img = torch.randn(2, 64, 32, 32)
+    with torch.no_grad():
+        conv_flops = 2 * 2 * 64 * 64 * 9 * 32 * 32 / _best_seconds(lambda: conv(img))
     x = torch.randn(4_000_000)
-    x + x
-    t = time.perf_counter()
-    for _ in range(4):
-        x + x
-    bw = 4 * 3 * x.numel() * 4 / (time.perf_counter() - t)
+    bw = 3 * x.numel() * 4 / _best_seconds(lambda: x + x)
     phases = _phase_overheads()
     return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t", flops, flops, bw,
-                      phases["forward"], tuple(phases.items()))
+                      phases["forward"], tuple(phases.items()), conv_flops)
+
+
+def _best_seconds(fn, reps: int = 6) -> float:
+    """Fastest of ``reps`` timed calls after one warm-up (the least disturbed by other processes)."""
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def _phase_overheads(iterations: int = 10) -> dict[str, float]:
