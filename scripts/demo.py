@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+"""The end-to-end demo driver (called by scripts/demo.sh after set-up, migrations and the web server).
+
+It starts the control consumer, the scheduler and one CPU device worker whose capacity is *smaller than the
+sum of the two jobs' solo peaks*, submits two real training jobs (a digits CNN on scikit-learn's handwritten
+digits and a small GPT-style LM on a text corpus) through the REST API, follows them until they end, and
+prints: each job's peak, the device's sampled peak against the sum of solo peaks and the budget, the delays
+the coordinator imposed, throughput against solo, and the URL of the device's timeline page.
+
+Solo peaks and iteration times are measured first by profiling each job alone through the Zico allocator
+(workers.curves.capture.profile_curve) in this process. The consumer, scheduler and worker keep running
+afterwards (pid files in $ZICO_VAR_DIR/run; ``scripts/demo.sh stop`` ends them) so the pages stay live.
+
+Usage: python scripts/demo.py [--base-url http://127.0.0.1:8000] [--stop-after]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minutes on 2 shared CPU cores
+    {"name": "digits CNN (demo)", "workload": "digits-cnn",
+     "params": {"batch_size": 256, "image_size": 32, "iterations": 150}},
+    {"name": "tiny GPT LM (demo)", "workload": "tiny-lm",
+     "params": {"batch_size": 32, "seq_len": 128, "iterations": 40}},
+]
+CAPACITY_FRACTION = 0.9  # worker capacity = this x (sum of solo peaks), but at least the largest feasible
+
+
+def log(msg: str) -> None:
+    print(f"\033[1m[demo]\033[0m {msg}", flush=True)
+
+
+def mib(n) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+class Api:
+    """Tiny JSON client for the REST API (token auth)."""
+
+    def __init__(self, base: str, token: str):
+        self.base, self.token = base.rstrip("/"), token
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        req = urllib.request.Request(self.base + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {self.token}",
+                                              "Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            raise SystemExit(f"API {method} {path} answered {exc.code}: {exc.read().decode(errors='replace')}")
+
+
+def start(name: str, argv: list[str], run_dir: Path, var_dir: Path) -> subprocess.Popen:
+    out = open(var_dir / f"{name}.log", "ab")
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    (run_dir / f"{name}.pid").write_text(str(proc.pid))
+    log(f"started {name} (pid {proc.pid}, log {var_dir / (name + '.log')})")
+    return proc
+
+
+def wait_for(what: str, fn, timeout: float, procs: dict[str, subprocess.Popen], every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, p in procs.items():
+            if p.poll() is not None:
+                raise SystemExit(f"{name} exited with code {p.returncode}; see its log in $ZICO_VAR_DIR")
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def solo_profiles(data_dir: Path) -> list:
+    from workers.curves.capture import profile_curve
+
+    curves = []
+    for spec in JOBS:
+        params = {**spec["params"], "iterations": 4}
+        c = profile_curve(spec["workload"], params, device="cpu", data_dir=data_dir, warmup=1, steady=3)
+        log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)}, persistent "
+            f"{mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration")
+        curves.append(c)
+    return curves
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-url", default=os.environ.get("ZICO_BASE_URL", "http://127.0.0.1:8000"))
+    ap.add_argument("--stop-after", action="store_true", help="stop consumer, scheduler and worker at the end")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the jobs")
+    args = ap.parse_args()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db.models import Max
+    from django.urls import reverse
+
+    from zico.cluster.models import Device
+    from zico.jobs.models import Event, Job
+    from zico.telemetry.models import TimelinePoint
+    from zico.tenants.models import ApiToken
+    from zico.tenants.services import DEMO_USERNAME
+    from placement.gating import minimal_feasible_budget
+
+    var_dir = Path(settings.VAR_DIR)
+    run_dir = var_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    host = settings.ZICO_HOST
+
+    log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
+    curves = solo_profiles(Path(settings.ZICO_DATA_DIR))
+    solo_sum = sum(c.peak_bytes for c in curves)
+    capacity = int(max(CAPACITY_FRACTION * solo_sum, 1.02 * minimal_feasible_budget(curves)))
+    log(f"sum of solo peaks {mib(solo_sum)}; the CPU device worker gets a capacity of {mib(capacity)}")
+
+    py = sys.executable
+    procs = {
+        "consumer": start("consumer", [py, "manage.py", "runconsumer"], run_dir, var_dir),
+        "scheduler": start("scheduler", [py, "manage.py", "runscheduler"], run_dir, var_dir),
+        "worker": start("worker", [py, "-m", "workers.bootstrap", "--kind", "cpu", "--capacity", str(capacity),
+                                   "--slots", "2"], run_dir, var_dir),
+    }
+    device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(
+        node__host=host, kind="cpu", index=0, status="online").first(), 180, procs)
+    if device.total_bytes != capacity:
+        log(f"note: device {device} registered earlier with {mib(device.total_bytes)}; now {mib(capacity)}")
+    device.refresh_from_db()
+    log(f"device {device} online: total {mib(device.total_bytes)}, budget {mib(device.budget_bytes)}")
+
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    _, secret = ApiToken.issue(user, "demo driver")
+    api = Api(args.base_url, secret)
+    t_submit = time.time()
+    ids = []
+    for spec in JOBS:
+        job = api.call("POST", "/api/jobs/", spec)
+        ids.append(job["id"])
+        log(f"submitted job {job['id']}: {spec['name']} ({spec['workload']}, {spec['params']}) -> {job['status']}")
+
+    seen: dict[int, str] = {}
+
+    def progress():
+        done = True
+        for jid in ids:
+            j = api.call("GET", f"/api/jobs/{jid}/")
+            if seen.get(jid) != j["status"]:
+                seen[jid] = j["status"]
+                log(f"job {jid}: {j['status']}" + (f" ({j['failure_reason']})" if j["failure_reason"] else ""))
+            done &= j["status"] in ("succeeded", "failed", "cancelled")
+        return done
+
+    wait_for("both jobs to end", progress, args.timeout, procs, every=1.0)
+    elapsed = time.time() - t_submit
+    jobs = [Job.objects.get(pk=jid) for jid in ids]
+    shared = set.intersection(*(set(j.placements.values_list("pk", flat=True)) for j in jobs))
+    points = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_submit))
+    dev_peak = points.aggregate(m=Max("reserved_bytes"))["m"]
+    budget_seen = points.aggregate(m=Max("budget_bytes"))["m"] or device.budget_bytes
+
+    print()
+    print("=" * 78)
+    print(f"Zico demo: two jobs on one CPU device ({device}), {elapsed:.0f} s from submission to the end")
+    print("=" * 78)
+    print(f"placed together: {'yes, placement ' + str(sorted(shared)) if shared else 'NO (run one after another)'}")
+    for j, c in zip(jobs, curves):
+        m = j.metrics or {}
+        solo_ips = 1.0 / c.iteration_s
+        ips = m.get("iterations_per_s")
+        ratio = f"{ips / solo_ips:.2f}x solo" if ips else "n/a"
+        delays = Event.objects.filter(job=j, kind="delay").count()
+        print(f"- job {j.pk} {j.workload}: {j.status}; peak allocated {mib(m.get('peak_allocated_bytes'))} "
+              f"(solo profile peak {mib(c.peak_bytes)}); {ips or 0:.2f} it/s vs solo {solo_ips:.2f} it/s "
+              f"= {ratio}; delays imposed {m.get('delay_s', 0):.2f} s over {m.get('delays', 0)} iterations "
+              f"({delays} delay events); final loss {m.get('loss', float('nan')):.3f}"
+              + (f", train accuracy {m['train_accuracy']:.2f}" if "train_accuracy" in m else ""))
+    print(f"device peak reserved (sampled, 1 point/s max): {mib(dev_peak)}")
+    print(f"sum of solo peaks: {mib(solo_sum)}; device capacity {mib(device.total_bytes)}; budget {mib(budget_seen)}")
+    if dev_peak:
+        print(f"device peak / sum of solo peaks = {dev_peak / solo_sum:.2f}; "
+              f"peak within budget: {'yes' if dev_peak <= budget_seen else 'NO'}")
+    print(f"device timeline: {args.base_url.rstrip('/')}{reverse('web-device-timeline', args=[device.pk])}")
+    print("=" * 78)
+    if args.stop_after:
+        for name, p in procs.items():
+            p.terminate()
+            (run_dir / f"{name}.pid").unlink(missing_ok=True)
+        log("stopped consumer, scheduler and worker")
+    else:
+        log("consumer, scheduler and worker keep running (scripts/demo.sh stop ends everything)")
+    ok = all(j.status == "succeeded" for j in jobs) and bool(shared)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
