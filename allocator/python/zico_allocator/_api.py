@@ -166,8 +166,12 @@ def install_cuda(device: int = 0) -> None:
 
 class bind:
     """Context manager charging allocations to `job_id`: the calling thread's (CPU) and, once the CUDA
-    upstream is installed and CUDA is initialised, the current stream's (CUDA). Nests; restores the
-    previous binding on exit."""
+    upstream is installed, the current CUDA stream's. Nests; restores the previous binding on exit.
+
+    On CUDA give each job its own stream (`with torch.cuda.stream(s), bind(job):`): the backward pass
+    allocates from autograd's device thread, which only the stream binding reaches. The default
+    stream (handle 0) is shared by every thread, so it is never bound; there the thread binding
+    applies."""
 
     def __init__(self, job_id: int):
         self.job_id = _job(job_id)
@@ -182,8 +186,9 @@ class bind:
         if _cuda_installed:
             import torch
 
-            if torch.cuda.is_initialized():
-                self._stream = torch.cuda.current_stream().cuda_stream
+            stream = torch.cuda.current_stream().cuda_stream if torch.cuda.is_initialized() else 0
+            if stream:
+                self._stream = stream
                 prev_s = ctypes.c_int64()
                 check(lib().zico_bind_stream(self._stream, self.job_id, ctypes.byref(prev_s)))
                 self._prev_stream = prev_s.value
