@@ -162,6 +162,12 @@ def test_every_page_renders_in_the_browser_and_is_captured(page, sign_in, person
                            ".getOption().series[0].data.length > 500")
     shot("job-detail")
 
+    page.goto(f"/jobs/{Job.objects.get(name='resnet18-ablation').pk}/")      # queued: no samples yet
+    expect(page.locator("#live-state")).to_have_text("Live")
+    page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
+                           ".getOption().graphic[0].elements[0].invisible === false")
+    page.screenshot(path=str(tmp_path / "job-queued.png"), full_page=True)
+
     page.goto(f"/devices/{dev.pk}/")
     page.get_by_role("button", name="5 min", exact=True).click()
     expect(page.locator("#live-state")).to_have_text("Live")

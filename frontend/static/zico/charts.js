@@ -39,6 +39,12 @@
       axisPointer: { type: "line", lineStyle: { color: "#94a3b8" } } };
   }
 
+  // A quiet note in the middle of an empty chart.
+  function emptyNote(isEmpty) {
+    return { graphic: [{ id: "empty", type: "text", left: "center", top: "middle", silent: true, invisible: !isEmpty,
+      style: { text: "No memory samples in this range yet", fill: "#8a94a8", fontSize: 13 } }] };
+  }
+
   function budgetLine(budget, unit) {
     if (!budget) return undefined;
     return { silent: true, symbol: "none", data: [{ yAxis: budget / unit.div }],
@@ -76,11 +82,11 @@
           // iteration starts sit on the time axis as a row of ticks
           if (pts[i][3] !== null && pts[i][3] !== pts[i - 1][3]) marks.push([pts[i][0] * 1000, 0, pts[i][3]]);
         }
-        chart.setOption({
+        chart.setOption(Object.assign({
           tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now },
           series: [{ data: pts.map(p => [p[0] * 1000, p[1] / d]), markLine: budgetLine(budget, unit) },
                    { data: pts.map(p => [p[0] * 1000, p[2] / d]) }, { data: marks.slice(-300) }],
-        });
+        }, emptyNote(pts.length === 0)));
       },
     };
   }
@@ -145,7 +151,8 @@
             emphasis: { label: { show: true, formatter: p => p.name, color: "#0f172a", fontSize: 11 } },
             data: state.events.filter(e => e.t * 1000 >= from).slice(-200).map(e => ({
               name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: [4, 3], width: 1, opacity: 0.55 } })) } });
-        chart.setOption({ tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now }, series },
+        chart.setOption(Object.assign({ tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now },
+                                        series }, emptyNote(times.length === 0 && pool.length === 0)),
                         { replaceMerge: ["series"] });
       },
     };
