@@ -1,0 +1,66 @@
+"""``manage.py runscheduler``: the scheduler service, the only writer of placements.
+
+    manage.py runscheduler [--policy memory-aware|fifo] [--interval 2] [--rounds N]
+
+Runs a scheduling round (zico.scheduling.service) every ``--interval`` seconds until SIGTERM or
+SIGINT, which end it cleanly after the round in progress. Several instances may run at once:
+the round lock makes them take turns and Placement.open's conditional claim keeps any job from
+being placed twice.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from placement.policies import FirstFitFifo, MemoryAware
+from zico.scheduling.service import Scheduler
+
+log = logging.getLogger("zico.scheduling")
+POLICIES = {"memory-aware": MemoryAware, "fifo": FirstFitFifo}
+
+
+class Command(BaseCommand):
+    help = "Place ready jobs on devices (and send profiling for jobs without a curve), round after round."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--policy", default="memory-aware", help=f"one of {', '.join(POLICIES)}")
+        parser.add_argument("--interval", type=float, default=2.0, help="seconds between rounds (default 2)")
+        parser.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (tests)")
+
+    def handle(self, *args, policy: str, interval: float, rounds: int | None, **options):
+        if policy not in POLICIES:
+            raise CommandError(f"--policy: {policy!r} is not one of {', '.join(POLICIES)}")
+        if interval < 0:
+            raise CommandError(f"--interval: must be >= 0 seconds, got {interval}")
+        stop = threading.Event()
+
+        def on_signal(signum, frame):
+            self.stdout.write(f"received {signal.Signals(signum).name}, stopping after this round")
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        scheduler = Scheduler(POLICIES[policy]())
+        self.stdout.write(f"scheduler ready: policy {policy}, a round every {interval:g} s", ending="\n")
+        self.stdout.flush()
+        done = 0
+        while not stop.is_set() and (rounds is None or done < rounds):
+            close_old_connections()
+            t0 = time.monotonic()
+            try:
+                res = scheduler.run_round()
+            except Exception:  # a database hiccup: log it, try again next round
+                log.exception("scheduling round failed")
+            else:
+                if res.placed or res.profiling or res.ready or res.failed:
+                    self.stdout.write(f"round: placed {len(res.placed)}, profiling {len(res.profiling)}, "
+                                      f"ready {len(res.ready)}, failed {len(res.failed)} "
+                                      f"in {time.monotonic() - t0:.3f} s")
+            done += 1
+            stop.wait(interval)
+        self.stdout.write("scheduler stopped")

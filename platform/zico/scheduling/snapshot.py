@@ -1,0 +1,135 @@
+"""Reads the database into the placement core's value objects (placement.state.ClusterState):
+online devices with the jobs on them, ready jobs with curves, tenants with quotas, weights and
+device-memory-seconds used. Read-only; the service calls it under its round lock.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from placement.curves import CurveError, MemoryCurve, curve_from_dict
+from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
+from zico.cluster.models import Device, Status
+from zico.jobs.models import Job, MemoryProfile
+from zico.jobs.transitions import ON_DEVICE, JobStatus
+from zico.tenants.models import Tenant
+
+log = logging.getLogger(__name__)
+
+# Compute share assumed for a curve that does not carry one in ``meta["compute_share"]``
+# (Note [Contention model] in placement.device_sim): half a device.
+DEFAULT_COMPUTE_SHARE = 0.5
+# Device-memory-seconds older than this no longer count for fair share.
+USAGE_WINDOW = timedelta(days=7)
+
+
+@dataclass
+class Snapshot:
+    """The state for a policy plus what the service needs to act on its placements."""
+
+    state: ClusterState
+    devices: dict[int, Device] = field(default_factory=dict)        # device id -> row
+    jobs: dict[int, Job] = field(default_factory=dict)              # ready job id -> row
+    curves: dict[int, dict[str, Any]] = field(default_factory=dict)  # job id -> curve JSON
+    unplaceable: list[tuple[Job, str]] = field(default_factory=list)  # (ready job, why it can never run)
+
+
+def curve_key(curve_json: dict[str, Any]) -> str:
+    """Content hash of a curve: jobs whose curves are identical share plan-cache entries."""
+    return hashlib.sha1(json.dumps(curve_json, sort_keys=True).encode()).hexdigest()
+
+
+def _compute_share(curve: MemoryCurve) -> float:
+    share = curve.meta.get("compute_share") if curve.meta else None
+    if isinstance(share, (int, float)) and 0 < share <= 1:
+        return float(share)
+    return DEFAULT_COMPUTE_SHARE
+
+
+def _job_state(job: Job, curve_json: dict[str, Any], now) -> JobState | None:
+    try:
+        curve = curve_from_dict(curve_json)
+    except CurveError as exc:
+        log.warning("job %s: stored curve unusable (%s); not scheduled", job.pk, exc)
+        return None
+    iterations = job.total_iterations or (job.params or {}).get("iterations") or 1
+    return JobState(id=job.pk, tenant=job.tenant_id, curve=curve, submitted_s=job.created_at.timestamp(),
+                    priority=job.priority, iterations=max(1, int(iterations)),
+                    compute_share=_compute_share(curve), curve_key=curve_key(curve_json))
+
+
+def _latest_curves(job_ids) -> dict[int, dict[str, Any]]:
+    latest = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id")
+    rows = Job.objects.filter(pk__in=job_ids).annotate(curve=Subquery(latest.values("curve")[:1]))
+    return {r.pk: r.curve for r in rows if r.curve}
+
+
+def _usage(now) -> dict[int, float]:
+    """Device-memory-seconds per tenant over USAGE_WINDOW: peak bytes x run seconds per job."""
+    latest_peak = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id").values("peak_bytes")[:1]
+    rows = (Job.objects.filter(started_at__isnull=False, started_at__gte=now - USAGE_WINDOW)
+            .annotate(peak=Subquery(latest_peak)).values("tenant_id", "peak", "started_at", "finished_at"))
+    usage: dict[int, float] = {}
+    for r in rows:
+        seconds = ((r["finished_at"] or now) - r["started_at"]).total_seconds()
+        usage[r["tenant_id"]] = usage.get(r["tenant_id"], 0.0) + float(r["peak"] or 0) * max(seconds, 0.0)
+    return usage
+
+
+def take_snapshot(now=None) -> Snapshot:
+    """Build the policy's view of the cluster from the database.
+
+    Devices: online, budget > 0, with every job placed or running on them (a device with such
+    a job lacking a usable curve is left out: its memory use is unknown). Queued: ``ready``
+    jobs with a curve; a ready job whose peak exceeds every registered device's budget is listed
+    in ``unplaceable`` instead.
+    """
+    now = now or timezone.now()
+    usage = _usage(now)
+    tenants = {t.pk: TenantState(t.pk, weight=t.share_weight, allow_cross_tenant=t.allow_cross_tenant_colocation,
+                                 max_running_jobs=t.max_running_jobs, usage_byte_seconds=usage.get(t.pk, 0.0))
+               for t in Tenant.objects.all()}
+    resident = list(Job.objects.filter(status__in=ON_DEVICE, placements__ended_at__isnull=True)
+                    .values_list("pk", "placements__device_id").distinct())
+    ready = list(Job.objects.filter(status=JobStatus.READY).select_related("tenant"))
+    curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])
+    resident_rows = {j.pk: j for j in Job.objects.filter(pk__in=[pk for pk, _ in resident])}
+    snap = Snapshot(state=None)  # type: ignore[arg-type]
+    on_device: dict[int, list[JobState]] = {}
+    blind: set[int] = set()
+    for pk, dev_id in resident:
+        js = _job_state(resident_rows[pk], curves[pk], now) if pk in curves else None
+        if js is None:
+            blind.add(dev_id)
+        else:
+            on_device.setdefault(dev_id, []).append(js)
+    devices = []
+    all_budgets = list(Device.objects.values_list("budget_bytes", flat=True))
+    for d in Device.objects.filter(status=Status.ONLINE, budget_bytes__gt=0, node__status=Status.ONLINE).select_related("node"):
+        if d.pk in blind:
+            continue
+        snap.devices[d.pk] = d
+        devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host, d.index))
+    queued = []
+    largest = max(all_budgets, default=0)
+    for job in ready:
+        if job.pk not in curves:
+            continue
+        js = _job_state(job, curves[job.pk], now)
+        if js is None:
+            continue
+        if all_budgets and js.peak_bytes > largest:
+            snap.unplaceable.append((job, f"its memory peak of {int(js.peak_bytes)} bytes exceeds the largest "
+                                          f"device budget of {largest} bytes"))
+            continue
+        snap.jobs[job.pk], snap.curves[job.pk] = job, curves[job.pk]
+        queued.append(js)
+    snap.state = ClusterState(tuple(devices), tuple(queued), tenants, now.timestamp())
+    return snap
