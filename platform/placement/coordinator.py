@@ -188,6 +188,13 @@ class Coordinator:
             st.in_flight, st.fraction = False, 0.0
             self._cond.notify_all()
 
+    def drain_delays(self) -> list[DelayRecord]:
+        """The delays recorded since the last drain (oldest first), removed from :attr:`delays`
+        (the worker's reporter publishes them; a long run keeps no unbounded list)."""
+        with self._cond:
+            out, self.delays = self.delays, []
+            return out
+
     def snapshot(self) -> dict:
         """Live state for telemetry: budget and, per job, in-flight flag, progress, iterations."""
         with self._cond:

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Hashable, Protocol, Sequence
 
 from .gating import BUDGET_RTOL, minimal_feasible_budget
-from .groups import contention_factor, plan_group
+from .groups import contention_factor, equal_periods, plan_group
 from .state import ClusterState, Device, Job, Placement, SharingPlan
 from .tenancy import Quotas, fair_order, fifo_order, may_share
 
@@ -160,7 +160,7 @@ class MemoryAware:
             curves = [j.curve for j in members]
             if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
                 continue
-            candidates.append((saving_upper_bound(curves), dev_id, members, budget))
+            candidates.append((saving_bound(curves, budget), dev_id, members, budget))
         if best_empty is not None and (not candidates or empty_count > left):
             return best_empty, self.cache.plan([job], budgets[best_empty])
         # branch and bound: plan the groups in order of their best possible saving and stop
@@ -181,6 +181,16 @@ class MemoryAware:
         if best_empty is not None:
             return best_empty, self.cache.plan([job], budgets[best_empty])
         return None
+
+
+def saving_bound(curves: Sequence, budget_bytes: float) -> float:
+    """Upper bound of the saving :func:`plan_group` can report, exact for gating plans: with
+    unequal iteration times and a sum of peaks over the budget the plan gates, and a gating
+    plan's predicted peak is the budget."""
+    total = sum(c.peak_bytes for c in curves)
+    if total > budget_bytes * (1 + BUDGET_RTOL) and not equal_periods(curves):
+        return total - budget_bytes
+    return saving_upper_bound(curves)
 
 
 def saving_upper_bound(curves: Sequence) -> float:

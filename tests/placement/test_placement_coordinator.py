@@ -39,9 +39,10 @@ def test_the_second_job_waits_half_an_iteration_under_the_tightest_budget():
     assert d.delay_s == pytest.approx(0.5, abs=0.01)
     clock.t = d.delay_s
     assert coord.request_start("b").admit
-    [rec] = coord.delays
+    [rec] = coord.drain_delays()
     assert (rec.job_id, rec.iteration, rec.reason) == ("b", 0, "budget")
     assert rec.delay_ms == pytest.approx(500, abs=10)
+    assert coord.drain_delays() == []
 
 
 def test_a_job_that_fits_starts_at_once_and_leaves_no_record():
