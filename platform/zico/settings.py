@@ -54,6 +54,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "zico.input_guard.RejectNulMiddleware",  # 400 for a NUL in the path or query (PostgreSQL refuses NUL)
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -142,7 +143,7 @@ REST_FRAMEWORK = {
     # Per API token (or per session user); see RATE_LIMITS below and zico/ratelimits.py.
     "DEFAULT_THROTTLE_CLASSES": ["zico.ratelimits.ApiUseThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "zico.api.pagination.BoundedLimitOffsetPagination",  # limit, offset bounded
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {

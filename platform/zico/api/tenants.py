@@ -97,7 +97,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         require_manager(tenant, request.user, Role.ADMIN, "adding members")
         body = MemberSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        role = body.validated_data["role"]
+        role = body.validated_data.get("role", Role.MEMBER)  # optional: the model's default (was a 500, tests/fuzz)
         if role == Role.OWNER:
             require_manager(tenant, request.user, Role.OWNER, "granting the owner role")
         username = body.validated_data["user"]["username"]
