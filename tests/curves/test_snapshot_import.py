@@ -125,3 +125,14 @@ def test_a_repeating_trace_is_cut_to_one_period():
     assert curve.meta["window"] == "repeating period of 10 events"
     assert curve.peak_bytes == 7 * MiB and curve.persistent_bytes == 4 * MiB
     assert curve.iteration_s == pytest.approx(200e-6)
+
+
+def test_period_search_gives_up_after_its_comparison_budget():
+    import numpy as np
+
+    from workers.curves.snapshot import find_period
+
+    period = np.array([4096] + [512, -512] * 40 + [-4096])  # 82 events, back to its level
+    deltas = np.tile(period, 3)
+    assert find_period(deltas) == 82
+    assert find_period(deltas, max_work=50) is None  # a hostile trace cannot make it quadratic
