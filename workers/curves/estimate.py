@@ -13,9 +13,10 @@ The estimate follows the code paths PyTorch takes for the *fake* device. Known d
 for a CUDA target (see docs/curves.md): scaled-dot-product attention picks flash or
 memory-efficient kernels on CUDA (no materialised attention matrix) but the math kernel in
 the estimate; cuBLAS and cuDNN workspaces and the CUDA context (hundreds of MiB, outside the
-allocator) are not seen; ``torch.optim`` defaults to the foreach implementation on CUDA, whose
-temporaries are included only when the fake device is CUDA. ``correction`` scales or offsets
-the result per workload to absorb such differences once measured.
+allocator) are not seen. ``torch.optim`` defaults to the foreach implementation on CUDA, so a
+CUDA target's estimate forces ``foreach=True`` and includes its temporaries. A CPU-only torch
+cannot create fake CUDA tensors; there the fake device is the CPU. ``correction`` scales or
+offsets the result per workload to absorb such differences once measured.
 """
 from __future__ import annotations
 
