@@ -54,20 +54,30 @@ class RoundResult:
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
 
 
-def send_task(name: str, args: list, queue: str) -> None:
-    """Send a device task by name on ``queue`` (the web side never imports the worker code)."""
+def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
+    """Send device tasks by name, each on its queue, over one broker connection (the web side
+    never imports the worker code). Returns what was sent; a message that fails is logged and
+    skipped (the job stays placed or profiling; liveness checks requeue lost work)."""
     from zico import celery_app
 
-    celery_app.send_task(name, args=args, queue=queue)
+    sent = []
+    with celery_app.producer_or_acquire() as producer:
+        for name, job_id, queue, args in outbox:
+            try:
+                celery_app.send_task(name, args=args, queue=queue, producer=producer)
+                sent.append((name, job_id, queue))
+            except Exception:
+                log.exception("could not send %s for job %s to %s", name, job_id, queue)
+    return sent
 
 
 class Scheduler:
     """Runs scheduling rounds with one policy; keeps the policy (and its plan cache) between
-    rounds. ``send`` is how tasks leave (default: Celery's ``send_task``)."""
+    rounds. Call :meth:`run_round` outside any transaction: tasks are sent when its own
+    transaction has committed."""
 
-    def __init__(self, policy: Policy | None = None, send=send_task) -> None:
+    def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or MemoryAware()
-        self.send = send
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
@@ -90,12 +100,8 @@ class Scheduler:
                 by_device[p.device_id].append(p)
             for dev_id, ps in by_device.items():
                 self._open(snap, snap.devices[dev_id], ps, res)
-        for name, job_id, queue, args in res.outbox:
-            try:
-                self.send(name, args, queue)
-                res.sent.append((name, job_id, queue))
-            except Exception:  # the broker is down: the job stays placed; liveness requeues it
-                log.exception("could not send %s for job %s to %s", name, job_id, queue)
+        if res.outbox:
+            res.sent = send_tasks(res.outbox)
         return res
 
     # -- steps ------------------------------------------------------------------------------
