@@ -78,7 +78,8 @@ def best_shifts(curves: Sequence[MemoryCurve], budget_bytes: float | None = None
     Without a budget: the shifts with the smallest combined peak. With a budget: the smallest
     shifts (least delay) whose exact combined peak is within the budget, which is where the
     coordinator's gating settles; None when no shift on the grid fits. More than two jobs are
-    added one at a time (greedy, largest transient peak first kept in the given order).
+    added one at a time in the given order (greedy); without a budget, two passes of coordinate
+    descent then move single jobs while the exact peak drops.
 
     Raises ValueError on unequal iteration times or an empty group.
     """
@@ -103,7 +104,29 @@ def best_shifts(curves: Sequence[MemoryCurve], budget_bytes: float | None = None
         ks.append(k)
         up_sum = up_sum + resample(curves[i], n)[idx[k]]
         lo_sum = lo_sum + _bin_min(curves[i], n)[idx[k]]
+    if budget_bytes is None and len(curves) > 2:
+        ks = _refine(list(curves), ks, period, n)
     return tuple(k * period / n for k in ks)
+
+
+def _refine(curves: list[MemoryCurve], ks: list[int], period: float, n: int, passes: int = 2) -> list[int]:
+    """Coordinate descent after the greedy pass: move one job at a time to the shift with the
+    least combined upper bound given the others; keep a move only if the exact peak drops."""
+    idx = _shift_matrix(n)
+    ups = [resample(c, n) for c in curves]
+    best = exact_peak(curves, [k * period / n for k in ks])
+    for _ in range(passes):
+        moved = False
+        for i in range(1, len(curves)):
+            rest = sum(ups[j][idx[ks[j]]] for j in range(len(curves)) if j != i)
+            k = int(np.argmin((rest[None, :] + ups[i][idx]).max(axis=1)))
+            trial = ks[:i] + [k] + ks[i + 1:]
+            peak = exact_peak(curves, [kk * period / n for kk in trial])
+            if peak < best * (1 - 1e-9):
+                ks, best, moved = trial, peak, True
+        if not moved:
+            break
+    return ks
 
 
 def exact_peak(curves: Sequence[MemoryCurve], shifts_s: Sequence[float]) -> float:
