@@ -23,7 +23,6 @@ import numpy as np
 
 from .coordinator import Coordinator, Decision
 from .curves import MemoryCurve
-from .gating import BUDGET_RTOL
 from .state import Job
 
 EPS = 1e-12
@@ -110,6 +109,7 @@ class DeviceRun:
         track_memory: measure the exact combined bytes (peak, violations); off for quick
             predictions.
         start_s: initial virtual time, seconds.
+        resolution: bins per shortest iteration of the default Coordinator's decisions.
     """
 
     def __init__(self, budget_bytes: float, gate: Gate | None = None, *, track_memory: bool = True,

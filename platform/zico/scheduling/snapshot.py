@@ -101,7 +101,7 @@ def take_snapshot(now=None) -> Snapshot:
     ready = list(Job.objects.filter(status=JobStatus.READY).select_related("tenant"))
     curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])
     resident_rows = {j.pk: j for j in Job.objects.filter(pk__in=[pk for pk, _ in resident])}
-    snap = Snapshot(state=None)  # type: ignore[arg-type]
+    snap = Snapshot(state=ClusterState((), (), tenants))  # filled in below
     on_device: dict[int, list[JobState]] = {}
     blind: set[int] = set()
     for pk, dev_id in resident:
