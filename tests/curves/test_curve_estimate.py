@@ -68,3 +68,12 @@ def test_a_workloads_registered_correction_applies_to_its_device_type(tmp_path, 
     again = estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
     assert again.peak_bytes == plain.peak_bytes + 4096
     assert estimate_curve("digits-cnn", {"batch_size": 8}, "cuda", tmp_path, steady=1).meta.get("correction") is None
+
+
+def test_a_cuda_target_does_not_store_attention_scores_as_the_cpu_math_kernel_does(tmp_path):
+    params = {"batch_size": 4, "seq_len": 512, "data": "synthetic"}
+    cpu = estimate_curve("tiny-lm", params, "cpu", tmp_path, steady=1)
+    cuda = estimate_curve("tiny-lm", params, "cuda:0", tmp_path, steady=1)
+    scores = 4 * 4 * 512 * 512 * 4  # batch x heads x seq x seq fp32, one tensor of one layer
+    # the CPU path keeps scores, softmax, dropout mask and dropout output for both layers
+    assert cpu.peak_bytes - cuda.peak_bytes > 2 * 2 * scores

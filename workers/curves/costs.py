@@ -25,6 +25,13 @@ from torch.utils.flop_counter import flop_registry
 _HALF = (torch.bfloat16, torch.float16)
 _aten = torch.ops.aten
 _CONV = {_aten.convolution, _aten.convolution_backward, _aten._convolution}
+# The CPU flash-attention kernels count like the CUDA ones (same arguments first; not in the registry).
+_FLOPS = {
+    **flop_registry,
+    _aten._scaled_dot_product_flash_attention_for_cpu: flop_registry[_aten._scaled_dot_product_flash_attention],
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        flop_registry[_aten._scaled_dot_product_flash_attention_backward],
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class DeviceCost:
         tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in tensors)
         seconds = moved / self.bytes_per_s
-        count = flop_registry.get(func.overloadpacket)
+        count = _FLOPS.get(func.overloadpacket)
         if count is not None:
             try:
                 flops = count(*args, **kwargs, out_val=out)

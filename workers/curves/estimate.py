@@ -11,8 +11,8 @@ trace. The records go through the same ``trace_curve`` as an allocator trace.
 Note [Estimate versus a CUDA run]
 The estimate follows the code paths PyTorch takes for the *fake* device. Known differences
 for a CUDA target (see docs/curves.md): scaled-dot-product attention picks flash or
-memory-efficient kernels on CUDA (no materialised attention matrix) but the math kernel in
-the estimate; cuBLAS and cuDNN workspaces and the CUDA context (hundreds of MiB, outside the
+memory-efficient kernels on CUDA (no materialised attention matrix), which the estimate for a
+CUDA target imitates (Note [CUDA attention in the estimate]); cuBLAS and cuDNN workspaces and the CUDA context (hundreds of MiB, outside the
 allocator) are not seen. ``torch.optim`` defaults to the foreach implementation on CUDA, so a
 CUDA target's estimate forces ``foreach=True`` and includes its temporaries. A CPU-only torch
 cannot create fake CUDA tensors; there the fake device is the CPU. ``correction`` scales or
@@ -20,6 +20,7 @@ offsets the result per workload to absorb such differences once measured.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -61,6 +63,28 @@ class Correction:
         return MemoryCurve(curve.fractions, np.maximum(curve.bytes * self.scale + self.offset_bytes, 0),
                            curve.iteration_s, max(curve.persistent_bytes * self.scale + self.offset_bytes, 0),
                            curve.source, curve.device, {**curve.meta, "correction": vars(self)})
+
+
+class FlashLikeAttention(TorchFunctionMode):
+    """Note [CUDA attention in the estimate]
+    On CUDA, ``scaled_dot_product_attention`` in training (dropout > 0) runs a flash or
+    memory-efficient kernel: dropout is applied inside the kernel from an RNG seed, and neither the
+    (batch, heads, seq, seq) scores nor a dropout mask are stored; the kernel saves its output and
+    a (batch, heads, seq) log-sum-exp. The CPU path falls back to the math kernel whenever dropout
+    > 0 and stores all of them. For a CUDA target this mode calls the function with dropout 0, so
+    the CPU takes its own flash kernel, whose saved tensors match the CUDA kernels'. Dropout's
+    effect on the *values* does not matter to fake tensors. A function mode is thread-local, so a
+    training thread next to the estimate is unaffected.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            if len(args) > 4:
+                args = (*args[:4], 0.0, *args[5:])
+            else:
+                kwargs["dropout_p"] = 0.0
+        return func(*args, **kwargs)
 
 
 class MemoryRecorder(TorchDispatchMode):
@@ -180,7 +204,8 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     cost = cost or cost_for(target)
     recorder = MemoryRecorder(cost, round_bytes)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, recorder:
+    attention = FlashLikeAttention() if target.type == "cuda" else contextlib.nullcontext()
+    with fake, recorder, attention:
         with fake_device:  # parameters are created on the fake device directly
             workload, params, parts = build_parts(key, params, data_dir)
         job = _FakeTrainingJob(workload, params, parts, str(fake_device),
