@@ -51,9 +51,11 @@ class FirstFitFifo:
     """One job per device, in FIFO order (priority, then submission), on the first empty device
     whose budget holds the job's peak.
 
-    Backfill: when a job finds no device, it becomes the *blocked head*; later jobs may then
-    only take devices too small for the head, so they never delay it. Jobs no device could
-    ever hold, and jobs over their tenant's quota, are skipped without blocking anyone.
+    Backfill: a job that finds no device does not stop the jobs behind it; they take the free
+    devices it cannot use (every free device left is too small for it, since devices only fill
+    during a round), and it is considered first again next round, so a freed device big enough
+    goes to it before anyone behind it. Jobs no device could ever hold, and jobs over their
+    tenant's quota, are skipped.
     """
 
     name = "fifo"
@@ -64,16 +66,12 @@ class FirstFitFifo:
     def place(self, state: ClusterState) -> list[Placement]:
         free = [d for d in state.devices if not d.running]
         quotas = Quotas(state)
-        head_peak: float | None = None
         out: list[Placement] = []
         for job in fifo_order(state.queued):
             if not quotas.allows(job) or not _fits_anywhere(job, state.devices):
                 continue
-            dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)
-                        and (head_peak is None or d.budget_bytes < head_peak)), None)
+            dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)), None)
             if dev is None:
-                if head_peak is None:
-                    head_peak = job.peak_bytes
                 continue
             plan = self.cache.plan([job], dev.budget_bytes)
             out.append(Placement(job.id, dev.id, plan))
@@ -90,7 +88,9 @@ class MemoryAware:
     job's predicted slowdown <= ``max_slowdown``) pick the group with the largest memory saving
     (sum of peaks minus predicted peak); while empty devices are at least as many as the jobs
     still to consider, an empty device (best fit) is taken instead, so an idle cluster spreads
-    out and a busy one packs. Jobs that fit nowhere are skipped (later jobs backfill).
+    out and a busy one packs. Jobs that fit nowhere now are skipped (later jobs backfill) and
+    come first again next round. Limit: nothing is reserved across rounds, so a big job can wait
+    long if small jobs keep joining every device big enough for it before it empties.
 
     Args:
         max_group: most jobs per device (>= 1).

@@ -29,13 +29,19 @@ def test_fifo_places_in_submission_order_on_the_first_device_that_fits():
     assert out[0].plan.mode == "independent"
 
 
-def test_fifo_backfill_never_takes_a_device_the_blocked_head_could_use():
+def test_fifo_backfills_behind_a_job_that_finds_no_device():
     running = Device("d0", 12 * GB, running=(_job(9, BIG),))
     devs = [running, Device("d1", 12 * GB), Device("d2", 6 * GB)]
-    # job 1 takes d1; job 2 (big) is blocked; job 3 may take d2 (too small for job 2)
+    # job 1 takes d1; job 2 (big) finds no device; job 3 goes ahead on d2, too small for job 2
     jobs = [_job(1, BIG, at=1), _job(2, BIG, at=2), _job(3, SMALL, at=3), _job(4, SMALL, at=4)]
     out = FirstFitFifo().place(_state(devs, jobs))
     assert [(p.job_id, p.device_id) for p in out] == [(1, "d1"), (3, "d2")]
+
+
+def test_fifo_gives_a_freed_device_to_the_earliest_job_that_fits_it():
+    devs = [Device("d0", 12 * GB), Device("d1", 6 * GB, running=(_job(9, SMALL),))]
+    jobs = [_job(3, SMALL, at=3), _job(2, BIG, at=2)]
+    assert [(p.job_id, p.device_id) for p in FirstFitFifo().place(_state(devs, jobs))] == [(2, "d0")]
 
 
 def test_fifo_skips_jobs_no_device_can_ever_hold():
