@@ -92,3 +92,14 @@ def test_every_large_catalog_model_runs_an_iteration_at_a_small_size(tmp_path, k
     assert abs(n_params - expected) / expected < 0.02
     losses = [job.run_iteration(i) for i in range(2)]
     assert all(l == l and l > 0 for l in losses)
+
+
+def test_building_a_job_is_seeded_and_leaves_the_global_rng_alone(tmp_path):
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    a = create_training_job("digits-cnn", {"seed": 7}, data_dir=tmp_path)
+    assert torch.equal(torch.get_rng_state(), state)
+    b = create_training_job("digits-cnn", {"seed": 7}, data_dir=tmp_path)
+    c = create_training_job("digits-cnn", {"seed": 8}, data_dir=tmp_path)
+    wa, wb, wc = (next(j.model.parameters()) for j in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)

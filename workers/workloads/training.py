@@ -57,11 +57,15 @@ def load_builder(workload: Workload):
 
 def build_parts(key: str, params: dict[str, Any] | None, data_dir: str | Path | None = None
                 ) -> tuple[Workload, dict[str, Any], WorkloadParts]:
-    """Validate params and build the workload's model and data on the CPU (seeded)."""
+    """Validate params and build the workload's model and data on the CPU, initialised from
+    ``params["seed"]``; the global RNG state is left as it was."""
     workload = get_workload(key)
     params = validate_params(key, params, data_dir=None)
-    torch.manual_seed(params["seed"])
-    return workload, params, load_builder(workload)(params, data_dir)
+    # Seed the initialisation without moving the process's global CPU RNG, which co-located jobs
+    # in other threads draw from (devices=[]: no CUDA RNG touched, so CUDA stays uninitialised).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(params["seed"])
+        return workload, params, load_builder(workload)(params, data_dir)
 
 
 def make_optimizer(params: dict[str, Any], model: torch.nn.Module, foreach: bool | None = None
