@@ -1,2 +1,11 @@
 """Zico's pure scheduling core: memory curves, group evaluation, time shifts, gating,
-placement policies and the simulator. Imports numpy only — never Django, Celery or torch."""
+placement policies and the simulator. Imports numpy only — never Django, Celery or torch.
+
+Entry points (see docs/placement.md):
+
+* ``placement.curves`` — MemoryCurve, the curve contract and loader;
+* ``placement.groups.plan_group`` / ``best_shifts`` — a group's sharing plan, shifts;
+* ``placement.coordinator.Coordinator`` — live gating on one device (the GPU worker's);
+* ``placement.policies.FirstFitFifo`` / ``MemoryAware`` — ``place(state) -> placements``;
+* ``placement.simulator.simulate`` — a job trace on a simulated cluster.
+"""
