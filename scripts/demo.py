@@ -8,7 +8,8 @@ prints: each job's peak, the device's sampled peak against the sum of solo peaks
 the coordinator imposed, throughput against solo, and the URL of the device's timeline page.
 
 Solo peaks and iteration times are measured first by profiling each job alone through the Zico allocator
-(workers.curves.capture.profile_curve) in this process. The consumer, scheduler and worker keep running
+(workers.curves.capture.profile_curve) in this process; those curves are stored as the jobs' profiles before
+the scheduler starts, so it sees both jobs ready at once and can place them together. The consumer, scheduler and worker keep running
 afterwards (pid files in $ZICO_VAR_DIR/run; ``scripts/demo.sh stop`` ends them) so the pages stay live.
 
 Usage: python scripts/demo.py [--base-url http://127.0.0.1:8000] [--stop-after]
@@ -28,11 +29,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minutes on 2 shared CPU cores
     {"name": "digits CNN (demo)", "workload": "digits-cnn",
-     "params": {"batch_size": 256, "image_size": 32, "iterations": 150}},
+     "params": {"batch_size": 512, "image_size": 32, "iterations": 120}},
     {"name": "tiny GPT LM (demo)", "workload": "tiny-lm",
      "params": {"batch_size": 32, "seq_len": 128, "iterations": 40}},
 ]
-CAPACITY_FRACTION = 0.9  # worker capacity = this x (sum of solo peaks), but at least the largest feasible
+# The worker's capacity is below the sum of the solo peaks; its budget lower still (but at least the group's
+# feasible floor), so an allocation over budget waits for the other job's frees instead of failing at once.
+CAPACITY_FRACTION = 0.99
+BUDGET_FRACTION = 0.9
 
 
 def log(msg: str) -> None:
@@ -82,17 +86,21 @@ def wait_for(what: str, fn, timeout: float, procs: dict[str, subprocess.Popen], 
     raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def solo_profiles(data_dir: Path) -> list:
-    from workers.curves.capture import profile_curve
+def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
+    """Each job profiled alone through the Zico allocator: its curve and the pool's peak reserved bytes."""
+    import zico_allocator as za
 
-    curves = []
-    for spec in JOBS:
-        params = {**spec["params"], "iterations": 4}
-        c = profile_curve(spec["workload"], params, device="cpu", data_dir=data_dir, warmup=1, steady=3)
-        log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)}, persistent "
-            f"{mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration")
+    from workers.colocate import solo_profile
+
+    za.install_cpu()
+    curves, reserved = [], []
+    for n, spec in enumerate(JOBS, start=1):
+        c, r = solo_profile(spec["workload"], spec["params"], "cpu", data_dir, 990_000 + n)
+        log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)} allocated ({mib(r)} reserved), "
+            f"persistent {mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration")
         curves.append(c)
-    return curves
+        reserved.append(r)
+    return curves, reserved
 
 
 def main() -> None:
@@ -111,11 +119,11 @@ def main() -> None:
     from django.urls import reverse
 
     from zico.cluster.models import Device
-    from zico.jobs.models import Event, Job
+    from zico.jobs.models import Event, Job, MemoryProfile
     from zico.telemetry.models import TimelinePoint
     from zico.tenants.models import ApiToken
     from zico.tenants.services import DEMO_USERNAME
-    from placement.gating import minimal_feasible_budget
+    from workers.colocate import feasible_floor
 
     var_dir = Path(settings.VAR_DIR)
     run_dir = var_dir / "run"
@@ -123,23 +131,28 @@ def main() -> None:
     host = settings.ZICO_HOST
 
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
-    curves = solo_profiles(Path(settings.ZICO_DATA_DIR))
+    curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
     solo_sum = sum(c.peak_bytes for c in curves)
-    capacity = int(max(CAPACITY_FRACTION * solo_sum, 1.02 * minimal_feasible_budget(curves)))
-    log(f"sum of solo peaks {mib(solo_sum)}; the CPU device worker gets a capacity of {mib(capacity)}")
+    budget = int(max(BUDGET_FRACTION * solo_sum, feasible_floor(curves, reserved)))
+    capacity = int(max(CAPACITY_FRACTION * solo_sum, budget))
+    if capacity >= solo_sum:
+        raise SystemExit(f"these jobs cannot share less than the sum of their peaks ({mib(capacity)} needed)")
+    log(f"sum of solo peaks {mib(solo_sum)}; the CPU device worker gets a capacity of {mib(capacity)} "
+        f"and a budget of {mib(budget)}")
 
     py = sys.executable
     procs = {
         "consumer": start("consumer", [py, "manage.py", "runconsumer"], run_dir, var_dir),
-        "scheduler": start("scheduler", [py, "manage.py", "runscheduler"], run_dir, var_dir),
         "worker": start("worker", [py, "-m", "workers.bootstrap", "--kind", "cpu", "--capacity", str(capacity),
-                                   "--slots", "2"], run_dir, var_dir),
+                                   "--budget", str(budget), "--slots", "2", "--gate-headroom", "0.2"], run_dir, var_dir),
     }
     device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(
         node__host=host, kind="cpu", index=0, status="online").first(), 180, procs)
     if device.total_bytes != capacity:
         log(f"note: device {device} registered earlier with {mib(device.total_bytes)}; now {mib(capacity)}")
     device.refresh_from_db()
+    if device.budget_bytes != min(budget, device.total_bytes):
+        device.set_budget(min(budget, device.total_bytes))  # as staff would through the API
     log(f"device {device} online: total {mib(device.total_bytes)}, budget {mib(device.budget_bytes)}")
 
     from django.contrib.auth import get_user_model
@@ -154,6 +167,12 @@ def main() -> None:
         ids.append(job["id"])
         log(f"submitted job {job['id']}: {spec['name']} ({spec['workload']}, {spec['params']}) -> {job['status']}")
 
+    # The solo profiles measured above are this machine's allocator-trace curves of exactly these jobs:
+    # store them, so both jobs are ready together and the scheduler can place them as one group.
+    for jid, curve in zip(ids, curves):
+        MemoryProfile.record(Job.objects.get(pk=jid), curve)
+    log("stored each job's solo profile; starting the scheduler")
+    procs["scheduler"] = start("scheduler", [py, "manage.py", "runscheduler"], run_dir, var_dir)
     seen: dict[int, str] = {}
 
     def progress():

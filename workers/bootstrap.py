@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=parse_bytes, default=None, help="initial budget in bytes (default: total)")
     p.add_argument("--host", default=None, help="host name in queue names (default: settings.ZICO_HOST)")
     p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
+    p.add_argument("--gate-headroom", type=float, default=0.15,
+                   help="share of the budget the coordinator keeps free for the pool's overhead (default 0.15)")
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     if args.kind == "cpu" and not args.capacity:
@@ -48,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--slots must be >= 1")
     if args.index < 0:
         p.error("--index must be >= 0")
+    if not 0 <= args.gate_headroom < 1:
+        p.error("--gate-headroom must lie in [0, 1)")
     return args
 
 
@@ -59,7 +63,8 @@ def build_config(args: argparse.Namespace):
     return WorkerConfig(kind=args.kind, host=args.host or settings.ZICO_HOST, index=args.index if args.kind == "gpu"
                         else 0, slots=args.slots, capacity_bytes=args.capacity, budget_bytes=args.budget,
                         redis_url=settings.REDIS_URL, checkpoint_dir=settings.ZICO_CHECKPOINT_DIR,
-                        data_dir=settings.ZICO_DATA_DIR, checkpoint_every_s=args.checkpoint_every)
+                        data_dir=settings.ZICO_DATA_DIR, checkpoint_every_s=args.checkpoint_every,
+                        gate_headroom=args.gate_headroom)
 
 
 def start_device(config) -> None:
@@ -79,7 +84,7 @@ def start_device(config) -> None:
     try:
         from placement.coordinator import Coordinator
 
-        rt.coordinator = Coordinator(budget)
+        rt.coordinator = Coordinator(config.gate_fraction * budget)  # Note [Gate headroom] (workers.device)
     except ImportError:  # pragma: no cover - the placement package ships with the project
         log.warning("placement.coordinator unavailable: jobs run ungated (the allocator budget still holds)")
     set_runtime(rt)

@@ -89,7 +89,7 @@ def _install(za, device: str, capacity: int | None) -> Any:
 
 def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations: int = 20,
         budget_fraction: float = 0.8, capacity: int | None = None, data_dir: str | Path | None = None,
-        warmup: int = 1, steady: int = 3) -> dict[str, Any]:
+        warmup: int = 1, steady: int = 3, gate_headroom: float = 0.15) -> dict[str, Any]:
     """Profile each job alone, then run them together under the budget; returns the report dict.
 
     Raises ValueError for a bad fraction, catalog errors for bad jobs, zico_allocator.ZicoError if the
@@ -125,7 +125,9 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
     za.set_budget(budget, device=adev)
     za.reset_peak_memory_stats(device=adev)
-    rt = SimpleNamespace(coordinator=Coordinator(budget), link=_NoStops(), allocator=za, alloc_device=adev)
+    # Note [Gate headroom] (workers.device): the coordinator plans with allocated bytes below the budget
+    rt = SimpleNamespace(coordinator=Coordinator((1 - gate_headroom) * budget), link=_NoStops(), allocator=za,
+                         alloc_device=adev)
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
     barrier = threading.Barrier(len(jobs))

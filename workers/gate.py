@@ -4,8 +4,7 @@ Before each iteration a job thread calls :meth:`Gate.wait`, which blocks until t
 iteration (the time shift of the sharing plan, decided live from every job's progress) and returns the
 delay imposed in seconds. The training loop's marks report progress: ``backward`` re-anchors the job at
 the fraction of its curve's peak (where the forward pass ends), ``iteration_end`` ends the iteration and
-updates the job's expected iteration time (a moving average of measured times, since co-located jobs
-slow each other). A job without a memory curve is not gated (the allocator's budget still holds).
+updates the job's expected iteration time (see Note [Expected iteration time is overestimated on purpose]). A job without a memory curve is not gated (the allocator's budget still holds).
 """
 from __future__ import annotations
 
@@ -17,6 +16,16 @@ log = logging.getLogger(__name__)
 
 WAIT_POLL_S = 0.5  # how often a waiting job re-checks for cancellation
 EMA = 0.3  # weight of the newest measured iteration time
+# Note [Expected iteration time is overestimated on purpose]
+#   The coordinator extrapolates a job's progress as elapsed / expected iteration time. Co-located jobs
+#   slow each other (shared cores or SMs), so the solo time from the profile is too short, and a job
+#   predicted "almost done" may still be at its peak. A longer expected time keeps the prediction earlier
+#   in the iteration, which never hides memory still to come: so the gate starts at CONTENTION x the solo
+#   time and then uses SAFETY x a moving average of the measured co-located times.
+#   The first iteration of a run (warm-up: lazy initialisation, first-call overheads) is the least
+#   predictable, so it starts only when no other job of the device is inside an iteration.
+CONTENTION = 3.0
+SAFETY = 2.0
 
 
 class RunStopped(Exception):
@@ -37,6 +46,7 @@ class Gate:
         self._stop_check = lambda: rt.link.stop_requested(spec.job, spec.placement)
         self._iter_started = 0.0
         self._iteration_s: float | None = None
+        self._warmed_up = False
         if spec.curve is not None and self.coordinator is not None:
             from placement.curves import curve_from_dict
 
@@ -45,7 +55,7 @@ class Gate:
 
     def join(self, job_id: Any) -> None:
         if self.curve is not None:
-            self.coordinator.add_job(job_id, self.curve)
+            self.coordinator.add_job(job_id, self.curve, CONTENTION * self.curve.iteration_s)
             self.joined = True
 
     def leave(self, job_id: Any) -> None:
@@ -62,6 +72,13 @@ class Gate:
         if not self.joined:
             return 0.0
         t0 = time.monotonic()
+        if not self._warmed_up:
+            while any(v["in_flight"] for j, v in self.coordinator.snapshot()["jobs"].items() if j != str(job_id)):
+                stop = self._stop_check()
+                if stop:
+                    raise RunStopped(stop)
+                time.sleep(0.05)
+            self._warmed_up = True
         while not self.coordinator.wait_to_start(job_id, timeout_s=WAIT_POLL_S):
             stop = self._stop_check()
             if stop:
@@ -82,4 +99,4 @@ class Gate:
             took = now - self._iter_started
             self._iteration_s = took if self._iteration_s is None else (1 - EMA) * self._iteration_s + EMA * took
             if self._iteration_s > 0:
-                self.coordinator.set_iteration_s(job_id, self._iteration_s)
+                self.coordinator.set_iteration_s(job_id, SAFETY * self._iteration_s)

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Every GPU check of Zico in one run, for a GPU machine with no network and torch preinstalled:
+#   1. build the allocator (CUDA upstream with nvcc) — python -m zico_allocator.build
+#   2. run the gpu-marked tests                       — pytest -m gpu
+#   3. two real co-located CUDA jobs (ResNet-50 batch 64 and GPT-2 small) under a budget below the sum of
+#      their solo peaks, through the shared allocator and the coordinator — python -m workers.colocate
+#   4. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
+# Budget: < 8 minutes on one H200. Usage: scripts/gpu-check.sh   (OUT=dir to choose where reports go;
+# ZICO_WHEELHOUSE=dir of wheels to install missing Python packages offline; PYTHON=interpreter).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/var/gpu-check}"
+mkdir -p "$OUT"
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    PYTHON=.venv/bin/python
+  else
+    PYTHON=python3
+  fi
+fi
+export PYTHONPATH="$ROOT/platform:$ROOT:$ROOT/allocator/python${PYTHONPATH:+:$PYTHONPATH}"
+export DJANGO_SETTINGS_MODULE=zico.test_settings DEBUG=1 ZICO_VAR_DIR="$OUT/var" ZICO_DATA_DIR="$OUT/var/data"
+START=$(date +%s)
+log() { printf '[gpu-check %3ss] %s\n' "$(( $(date +%s) - START ))" "$*" | tee -a "$OUT/gpu-check.log" >&2; }
+step_status() { echo "$1=$2" >> "$OUT/steps.env"; }
+: > "$OUT/steps.env"; : > "$OUT/gpu-check.log"
+
+log "python: $PYTHON ($($PYTHON -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1))"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$OUT/gpu-check.log" >&2
+if ! $PYTHON -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  log "torch sees no CUDA device: nothing to check"; step_status cuda fail; exit 1
+fi
+
+# Missing pure-Python dependencies (pytest, transformers, ...) can come from a local wheelhouse, offline.
+need=()
+for mod in pytest transformers jsonschema numpy redis; do
+  $PYTHON -c "import $mod" 2>/dev/null || need+=("$mod")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ -n "${ZICO_WHEELHOUSE:-}" ]; then
+    log "installing from $ZICO_WHEELHOUSE (offline): ${need[*]}"
+    $PYTHON -m pip install --no-index --find-links "$ZICO_WHEELHOUSE" "${need[@]}" >> "$OUT/gpu-check.log" 2>&1
+  else
+    log "missing Python packages: ${need[*]} (set ZICO_WHEELHOUSE to install them offline)"
+  fi
+fi
+
+log "1/3 building the allocator with nvcc"
+if timeout 240 $PYTHON -m zico_allocator.build >> "$OUT/build.log" 2>&1 \
+   && $PYTHON -c "from zico_allocator import build; assert build.cuda_library(), 'no CUDA upstream built'" >> "$OUT/build.log" 2>&1; then
+  step_status build ok; log "   built (log: $OUT/build.log)"
+else
+  step_status build fail; log "   BUILD FAILED — see $OUT/build.log"; tail -20 "$OUT/build.log" >&2
+fi
+
+log "2/3 gpu-marked tests"
+if $PYTHON -c "import pytest" 2>/dev/null; then
+  plugins=""; $PYTHON -c "import pytest_django" 2>/dev/null || plugins="-p no:django"
+  timeout 150 $PYTHON -m pytest -m gpu tests -q -p no:cacheprovider $plugins --junitxml="$OUT/gpu-tests.xml" \
+    > "$OUT/gpu-tests.log" 2>&1
+  rc=$?
+  step_status gpu_tests "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
+  log "   $(tail -1 "$OUT/gpu-tests.log")"
+else
+  step_status gpu_tests "skipped(no pytest)"; log "   skipped: pytest is not installed"
+fi
+
+log "3/3 two co-located CUDA jobs under a budget below the sum of their solo peaks"
+data=real
+$PYTHON -c "import sklearn" 2>/dev/null || data=synthetic
+timeout 270 $PYTHON -m workers.colocate --device cuda:0 \
+  --job "resnet50:batch_size=64,image_size=224,data=$data" \
+  --job "gpt2-small:batch_size=8,seq_len=1024,data=$data" \
+  --iterations "${ZICO_GPU_ITERATIONS:-30}" --budget-fraction 0.8 --data-dir "$ZICO_DATA_DIR" \
+  --out "$OUT/colocate" > "$OUT/colocate.log" 2>&1
+rc=$?
+step_status colocate "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
+[ -f "$OUT/colocate.md" ] && cat "$OUT/colocate.md" >&2 || tail -30 "$OUT/colocate.log" >&2
+
+$PYTHON - "$OUT" "$data" "$(( $(date +%s) - START ))" <<'PY'
+import json, sys, pathlib, subprocess
+out, data, seconds = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+steps = dict(line.strip().split("=", 1) for line in (out / "steps.env").read_text().splitlines() if "=" in line)
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+colocate = json.loads((out / "colocate.json").read_text()) if (out / "colocate.json").exists() else None
+report = {"gpu": gpu, "seconds": seconds, "data": data, "steps": steps, "colocate": colocate}
+(out / "gpu-check.json").write_text(json.dumps(report, indent=2))
+md = [f"# Zico GPU check", "", f"- GPU: {gpu}", f"- took {seconds} s; training data: {data}", ""]
+md += [f"- {k}: {v}" for k, v in steps.items()]
+if (out / "colocate.md").exists():
+    md += ["", (out / "colocate.md").read_text()]
+(out / "gpu-check.md").write_text("\n".join(md) + "\n")
+print("\n".join(md))
+ok = all(v == "ok" for k, v in steps.items() if k != "gpu_tests" or not v.startswith("skipped"))
+sys.exit(0 if ok else 1)
+PY
