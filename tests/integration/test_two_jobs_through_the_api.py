@@ -1,0 +1,57 @@
+"""Two jobs submitted through the REST API are profiled on the worker, placed together on a real worker, both succeed, the
+timeline is stored, and the device's sampled peak reserved never exceeds its budget.
+
+Real PostgreSQL, real Redis (private), and the real processes: control consumer, scheduler service
+(``manage.py runscheduler``) and one CPU device worker started the documented way.
+"""
+import pytest
+from django.contrib.auth import get_user_model
+from django.db.models import Max
+from rest_framework.test import APIClient
+
+from zico.cluster.models import Device
+from zico.jobs.models import Job
+from zico.telemetry.models import TimelinePoint
+from zico.tenants.models import ApiToken, Role, Tenant
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_two_api_jobs_share_the_device_and_succeed_within_its_budget(stack, waiter):
+    stack.consumer(lost_after_s=15)
+    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "2", "--loglevel", "WARNING")
+    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
+                    "the worker's device registration")
+    tenant = Tenant.objects.create(name="Acme", slug="acme")
+    owner = get_user_model().objects.create_user("owner")
+    tenant.add_member(owner, Role.OWNER)
+    _, secret = ApiToken.issue(owner, "test")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    ids = []
+    for workload, params in (("digits-cnn", {"iterations": 60}), ("tiny-lm", {"iterations": 30})):
+        resp = api.post("/api/jobs/", {"workload": workload, "params": params}, format="json")
+        assert resp.status_code == 201, resp.content
+        ids.append(resp.json()["id"])
+    # One scheduler round sends both jobs to profiling on the device; once both curves are stored the
+    # scheduler runs on and sees two ready jobs in the same round (so it can place them as one group).
+    first = stack.manage("runscheduler", "--rounds", "1", log="scheduler.log")
+    assert first.wait(120) == 0
+    waiter(lambda: all(Job.objects.get(pk=i).status == "ready" for i in ids), 300, "both jobs profiled")
+    stack.manage("runscheduler", "--interval", "1", log="scheduler.log")
+
+    waiter(lambda: all(Job.objects.get(pk=i).status in ("succeeded", "failed", "cancelled") for i in ids), 900,
+           "both jobs to end")
+    jobs = [Job.objects.get(pk=i) for i in ids]
+    assert [j.status for j in jobs] == ["succeeded", "succeeded"], [j.failure_reason for j in jobs]
+    for j in jobs:
+        body = api.get(f"/api/jobs/{j.pk}/").json()
+        assert body["status"] == "succeeded" and body["metrics"]["iterations_per_s"] > 0
+    shared = set(jobs[0].placements.values_list("pk", flat=True)) & set(jobs[1].placements.values_list("pk", flat=True))
+    assert shared, "the two jobs were not placed together"
+    for j in jobs:
+        assert TimelinePoint.objects.filter(job=j).exists()
+    device.refresh_from_db()
+    points = TimelinePoint.objects.filter(device=device, job__isnull=True)
+    assert points.count() > 5
+    assert points.aggregate(m=Max("reserved_bytes"))["m"] <= device.budget_bytes
