@@ -1,18 +1,20 @@
 """The scheduler service's round: the only writer of placements.
 
-One round, in one transaction:
+One round:
 
-1. takes the cluster-wide scheduling lock (a PostgreSQL advisory transaction lock), so two
+1. takes the cluster-wide scheduling lock (a PostgreSQL session advisory lock), so two
    scheduler processes never decide on the same state at once; a second instance skips its
-   round while the first holds it;
+   round while the first holds it (a crashed holder's lock goes with its session);
 2. moves ``queued`` jobs on: to ``ready`` when a curve is stored, else to ``profiling`` with a
    ``zico.device.profile_job`` task on a device queue;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for placements and opens them with
    :meth:`zico.cluster.models.Placement.open`, which re-checks under row locks that every job is
-   still ``ready`` (the conditional claim: a job moved by anyone else meanwhile is skipped,
-   never placed twice);
-5. after commit, sends one ``zico.device.run_job`` task per placed job to its device's queue.
+   still ``ready`` and the device online (the conditional claim: a job moved by anyone else
+   meanwhile is skipped, never placed twice) — ``CHUNK_DEVICES`` devices per transaction, so
+   job and tenant rows are not held locked for the whole round;
+5. after each commit, sends the tasks of what it committed (one ``zico.device.run_job`` per
+   placed job, to its device's queue).
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "curve", "plan"})`` and
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # pg advisory lock key of the scheduling round ("zico-sch" as an int64)
 ROUND_LOCK_KEY = 0x7A69636F2D736368
+CHUNK_DEVICES = 32  # devices whose placements are opened in one transaction
 RUN_TASK = "zico.device.run_job"
 PROFILE_TASK = "zico.device.profile_job"
 
@@ -74,7 +77,7 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
 class Scheduler:
     """Runs scheduling rounds with one policy; keeps the policy (and its plan cache) between
     rounds. Call :meth:`run_round` outside any transaction: tasks are sent when its own
-    transaction has committed."""
+    transactions have committed."""
 
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or MemoryAware()
@@ -83,26 +86,37 @@ class Scheduler:
         """One round (see the module notes). Never raises for a single job's trouble; database
         errors propagate (the command logs them and retries next round)."""
         res = RoundResult()
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cur:
-                    cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROUND_LOCK_KEY])
-                    if not cur.fetchone()[0]:
-                        res.skipped = True
-                        return res
-            self._advance_queued(res)
+        if not _lock_round():
+            res.skipped = True
+            return res
+        try:
+            with transaction.atomic():
+                self._advance_queued(res)
+            self._flush(res)
             snap = take_snapshot()
-            for job, why in snap.unplaceable:
-                if _move(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
-                    res.failed.append(job.pk)
+            with transaction.atomic():
+                for job, why in snap.unplaceable:
+                    if _move(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
+                        res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
             for p in self.policy.place(snap.state):
                 by_device[p.device_id].append(p)
-            for dev_id, ps in by_device.items():
-                self._open(snap, snap.devices[dev_id], ps, res)
-        if res.outbox:
-            res.sent = send_tasks(res.outbox)
+            items = list(by_device.items())
+            for i in range(0, len(items), CHUNK_DEVICES):
+                with transaction.atomic():
+                    for dev_id, ps in items[i:i + CHUNK_DEVICES]:
+                        self._open(snap, snap.devices[dev_id], ps, res)
+                self._flush(res)
+        finally:
+            _unlock_round()
         return res
+
+    @staticmethod
+    def _flush(res: RoundResult) -> None:
+        """Send the tasks of what was just committed."""
+        if res.outbox:
+            res.sent += send_tasks(res.outbox)
+            res.outbox = []
 
     # -- steps ------------------------------------------------------------------------------
     def _advance_queued(self, res: RoundResult) -> None:
@@ -138,6 +152,24 @@ class Scheduler:
                 res.outbox.append((RUN_TASK, j.pk, device.queue, [j.pk, spec]))
             if group is jobs:
                 return
+
+
+def _lock_round() -> bool:
+    if connection.vendor != "postgresql":  # a single-process development database
+        return True
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [ROUND_LOCK_KEY])
+        return bool(cur.fetchone()[0])
+
+
+def _unlock_round() -> None:
+    if connection.vendor != "postgresql":
+        return
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [ROUND_LOCK_KEY])
+    except Exception:  # the connection is gone, and its session's lock with it
+        log.warning("could not release the scheduling lock explicitly", exc_info=True)
 
 
 def _move(job: Job, to: str, **kw) -> bool:
