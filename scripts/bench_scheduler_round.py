@@ -26,7 +26,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment  # noqa: E402
+from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
 
 GiB = 1 << 30
 
@@ -73,16 +73,21 @@ def clear() -> None:
     Tenant.objects.all().delete()
 
 
-def one_round(policy, n_jobs: int, n_devices: int) -> tuple[float, int, list[str]]:
+def one_round(policy, n_jobs: int, n_devices: int) -> tuple[float, int, list[str], dict[str, float], int]:
     from zico.scheduling.service import Scheduler
 
     host = f"bench{uuid.uuid4().hex[:6]}"
     clear()
     fill(n_jobs, n_devices, host)
-    t0 = time.perf_counter()
-    res = Scheduler(policy).run_round()
-    dt = time.perf_counter() - t0
-    return dt, len(res.placed), sorted({q for _, _, q in res.sent})
+    with CaptureQueriesContext(connection) as queries:
+        t0 = time.perf_counter()
+        res = Scheduler(policy).run_round()
+        dt = time.perf_counter() - t0
+    return dt, len(res.placed), sorted({q for _, _, q in res.sent}), res.timings, len(queries.captured_queries)
+
+
+def steps(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in timings.items())
 
 
 def main() -> None:
@@ -99,8 +104,8 @@ def main() -> None:
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     queues: list[str] = []
     try:
-        base, n_base, q1 = one_round(FirstFitFifo(), args.jobs, args.devices)
-        zico, n_zico, q2 = one_round(MemoryAware(), args.jobs, args.devices)
+        base, n_base, q1, t_base, nq_base = one_round(FirstFitFifo(), args.jobs, args.devices)
+        zico, n_zico, q2, t_zico, nq_zico = one_round(MemoryAware(), args.jobs, args.devices)
         queues = q1 + q2
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -109,9 +114,11 @@ def main() -> None:
             r.delete(q)
     print(f"one scheduling round, {args.jobs} ready jobs, {args.devices} empty devices "
           f"(PostgreSQL + Redis, cold plan cache)")
-    print(f"  fifo first-fit (baseline)  {base:7.2f} s  placed {n_base}")
-    print(f"  memory-aware               {zico:7.2f} s  placed {n_zico}  ({zico / base:.2f}x baseline, "
-          f"{zico / max(n_zico, 1) * 1000:.1f} ms per placed job)")
+    print(f"  fifo first-fit (baseline)  {base:7.2f} s  placed {n_base}, {nq_base} SQL queries")
+    print(f"  memory-aware               {zico:7.2f} s  placed {n_zico}, {nq_zico} SQL queries  "
+          f"({zico / base:.2f}x baseline, {zico / max(n_zico, 1) * 1000:.2f} ms per placed job)")
+    print(f"  seconds per step, fifo:         {steps(t_base)}")
+    print(f"  seconds per step, memory-aware: {steps(t_zico)}")
 
 
 if __name__ == "__main__":

@@ -226,6 +226,119 @@ class Placement(models.Model):
                                  jobs=mine, shared_with_other_tenants=shared, plan=None if shared else placement.plan)
         return placement
 
+    @classmethod
+    def open_many(cls, groups, *, actor=None) -> list:
+        """Open many placements at once, with the checks and records of :meth:`open` for each.
+
+        ``groups`` is a list of ``(device, jobs, plan)``; the result is aligned with it: the new
+        Placement, or the PlacementError / IllegalTransition that refused that group (a refused
+        group writes nothing; the others go ahead). Groups are judged in order as if opened one
+        after another: a group counts the jobs of the groups accepted before it (same device for
+        the co-location policy, same tenant for the running-jobs quota).
+
+        A fixed number of queries whatever the number of groups: devices,
+        tenants and jobs locked in id order with one ``SELECT … FOR UPDATE`` each, the jobs
+        already on those devices and the per-tenant count of jobs placed or running read once,
+        then one bulk insert of placements, of their job links and of the placement Events, and
+        one :func:`zico.jobs.transitions.transition_many` (ready → placed, one status_change Event
+        per job, a conditional UPDATE whose row count is checked).
+
+        Raises:
+            ValueError: a job appears in two groups.
+        """
+        from zico.jobs.models import Event, Job
+        from zico.jobs.transitions import ON_DEVICE, JobStatus, transition_many
+        from zico.tenants.models import Tenant
+
+        groups = [(device, list(jobs), plan or {}) for device, jobs, plan in groups]
+        all_ids = [j.pk for _, jobs, _ in groups for j in jobs]
+        if len(set(all_ids)) != len(all_ids):
+            raise ValueError("groups: a job appears in more than one group")
+        out: list = [None] * len(groups)
+        with transaction.atomic():
+            devices = {d.pk: d for d in Device.objects.select_for_update().select_related("node")
+                       .filter(pk__in={d.pk for d, _, _ in groups}).order_by("pk")}
+            # tenants of the jobs already placed or running on these devices, per device
+            on_dev: dict[int, set[int]] = {}
+            for dev_id, tenant_id in (Job.objects.filter(status__in=ON_DEVICE, placements__device__in=list(devices),
+                                                         placements__ended_at__isnull=True)
+                                      .values_list("placements__device_id", "tenant_id").order_by().distinct()):
+                on_dev.setdefault(dev_id, set()).add(tenant_id)
+            tenant_ids = {j.tenant_id for _, jobs, _ in groups for j in jobs} | set().union(*on_dev.values())
+            # Locked, so two placements on different devices cannot both slip under a running-jobs quota.
+            tenants = {t.pk: t for t in Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk")}
+            counts = dict(Job.objects.filter(tenant_id__in=tenant_ids, status__in=ON_DEVICE)
+                          .values_list("tenant_id").annotate(n=models.Count("pk")).order_by())
+            status = dict(Job.objects.select_for_update().filter(pk__in=all_ids).order_by("pk")
+                          .values_list("pk", "status"))
+            accepted = []
+            for i, (device, jobs, plan) in enumerate(groups):
+                out[i] = err = cls._refusal(devices.get(device.pk), jobs, tenants, on_dev, counts, status)
+                if err is None:
+                    dev = devices[device.pk]
+                    on_dev.setdefault(dev.pk, set()).update(j.tenant_id for j in jobs)
+                    for j in jobs:
+                        counts[j.tenant_id] = counts.get(j.tenant_id, 0) + 1
+                    accepted.append(i)
+            made = cls.objects.bulk_create([cls(device=devices[groups[i][0].pk], plan=groups[i][2]) for i in accepted])
+            links, moved, dev_of, det_of, events = [], [], {}, {}, []
+            for i, placement in zip(accepted, made):
+                _, jobs, _ = groups[i]
+                out[i] = placement
+                dev = placement.device
+                links += [cls.jobs.through(placement_id=placement.pk, job_id=j.pk) for j in jobs]
+                for j in jobs:
+                    moved.append(j)
+                    dev_of[j.pk], det_of[j.pk] = dev, {"placement": placement.pk}
+                involved = sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))
+                events += cls._placement_events(placement, jobs, involved, tenants, actor)
+            cls.jobs.through.objects.bulk_create(links)
+            transition_many(moved, JobStatus.PLACED, actor=actor, devices_by_job=dev_of, details_by_job=det_of)
+            Event.objects.bulk_create(events)
+        return out
+
+    @staticmethod
+    def _refusal(dev, jobs, tenants, on_dev, counts, status):
+        """Why :meth:`open_many` refuses one group (an exception to return), or None; the rules of
+        :meth:`open` on the state read under locks plus the groups accepted before."""
+        from zico.jobs.transitions import IllegalTransition, JobStatus
+
+        if not jobs:
+            return PlacementError("jobs: a placement needs at least one job")
+        if dev is None or dev.status != Status.ONLINE:
+            return PlacementError(f"device: {dev or 'the device'} is {dev.status if dev else 'gone'}, not online")
+        involved = [tenants[t] for t in sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))]
+        if len(involved) > 1 and not all(t.allow_cross_tenant_colocation for t in involved):
+            refusing = ", ".join(t.slug for t in involved if not t.allow_cross_tenant_colocation)
+            return PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
+        for t in involved:
+            adding = sum(j.tenant_id == t.pk for j in jobs)
+            if adding and counts.get(t.pk, 0) + adding > t.max_running_jobs:
+                return PlacementError(f"jobs: tenant {t.slug} would have {counts.get(t.pk, 0) + adding} jobs placed "
+                                      f"or running, over its quota of {t.max_running_jobs}")
+        for j in jobs:
+            if status.get(j.pk) != JobStatus.READY:
+                return IllegalTransition(j.pk, status.get(j.pk, "missing"), JobStatus.PLACED)
+        return None
+
+    @staticmethod
+    def _placement_events(placement, jobs, involved, tenants, actor) -> list:
+        """The ``placement`` Events of :meth:`open` (one per tenant with jobs in it), unsaved."""
+        from zico.jobs.models import Event
+
+        if actor is not None and not getattr(actor, "is_authenticated", False):
+            actor = None
+        shared = len(involved) > 1
+        events = []
+        for tid in involved:
+            mine = [j.pk for j in jobs if j.tenant_id == tid]
+            if mine:
+                details = {"placement": placement.pk, "jobs": mine, "shared_with_other_tenants": shared,
+                           "plan": None if shared else placement.plan}
+                events.append(Event(kind=Event.Kind.PLACEMENT, tenant=tenants[tid], device=placement.device,
+                                    actor=actor, details=details))
+        return events
+
     @property
     def is_active(self) -> bool:
         return self.ended_at is None

@@ -5,16 +5,16 @@ One round:
 1. takes the cluster-wide scheduling lock (a PostgreSQL session advisory lock), so two
    scheduler processes never decide on the same state at once; a second instance skips its
    round while the first holds it (a crashed holder's lock goes with its session);
-2. moves ``queued`` jobs on: to ``ready`` when a curve is stored, else to ``profiling`` with a
-   ``zico.device.profile_job`` task on a device queue;
+2. moves ``queued`` jobs on (two bulk moves): to ``ready`` when a curve is stored, else to
+   ``profiling`` with a ``zico.device.profile_job`` task on a device queue;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for placements and opens them with
-   :meth:`zico.cluster.models.Placement.open`, which re-checks under row locks that every job is
-   still ``ready`` and the device online (the conditional claim: a job moved by anyone else
-   meanwhile is skipped, never placed twice) — ``CHUNK_DEVICES`` devices per transaction, so
-   job and tenant rows are not held locked for the whole round;
+   :meth:`zico.cluster.models.Placement.open_many` (a fixed number of queries per call), which
+   re-checks under row locks that every job is still ``ready``, the device online and the
+   tenant rules kept (the conditional claim: a job moved by anyone else meanwhile is skipped,
+   never placed twice) — ``CHUNK_DEVICES`` devices per transaction;
 5. after each commit, sends the tasks of what it committed (one ``zico.device.run_job`` per
-   placed job, to its device's queue).
+   placed job, to its device's queue) in one Redis pipeline.
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "curve", "plan"})`` and
@@ -23,15 +23,16 @@ Task arguments (agreed with the workers lane, see workers.runner.RunSpec / worke
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
 from placement.policies import MemoryAware, Policy
-from zico.cluster.models import Device, Placement, PlacementError, Status
+from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import IllegalTransition, JobStatus
+from zico.jobs.transitions import IllegalTransition, JobStatus, transition_many
 
 from .snapshot import take_snapshot
 
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 # pg advisory lock key of the scheduling round ("zico-sch" as an int64)
 ROUND_LOCK_KEY = 0x7A69636F2D736368
-CHUNK_DEVICES = 32  # devices whose placements are opened in one transaction
+CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
+SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
 RUN_TASK = "zico.device.run_job"
 PROFILE_TASK = "zico.device.profile_job"
 
@@ -55,22 +57,32 @@ class RoundResult:
     placed: dict[int, int] = field(default_factory=dict)    # job id -> placement id
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step: advance, snapshot, decide, write, send
 
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
-    """Send device tasks by name, each on its queue, over one broker connection (the web side
-    never imports the worker code). Returns what was sent; a message that fails is logged and
-    skipped (the job stays placed or profiling; liveness checks requeue lost work)."""
+    """Send device tasks by name, each on its queue (the web side never imports the worker
+    code), over one broker connection in one publish batch: kombu's ``Producer.batch`` buffers
+    the messages' Redis commands in one non-transactional pipeline, sent at the end (or every
+    ``SEND_BATCH`` messages). ``argsrepr`` is given so Celery does not build a printable copy of
+    every curve. No queue is declared (``declare=[]``): a task is published to the default
+    exchange with its queue's name as routing key, which kombu's Redis transport turns into an
+    LPUSH on that queue's list whether or not it was declared; the device worker declares the
+    queue it consumes (a declare here cost two Redis round trips per new queue per process). Returns what was sent. If the batch fails, the error is logged and none of it is
+    reported sent (the part flushed before the failure, if any, was delivered) (the jobs stay placed or profiling; liveness checks requeue lost work).
+    """
     from zico import celery_app
 
     sent = []
-    with celery_app.producer_or_acquire() as producer:
-        for name, job_id, queue, args in outbox:
-            try:
-                celery_app.send_task(name, args=args, queue=queue, producer=producer)
+    try:
+        with celery_app.producer_or_acquire() as producer, producer.batch(max_size=SEND_BATCH):
+            for name, job_id, queue, args in outbox:
+                celery_app.send_task(name, args=args, queue=queue, producer=producer, declare=[],
+                                     argsrepr=f"({job_id}, ...)", kwargsrepr="{}")
                 sent.append((name, job_id, queue))
-            except Exception:
-                log.exception("could not send %s for job %s to %s", name, job_id, queue)
+    except Exception:
+        log.exception("could not send %d tasks (%s ...)", len(outbox), outbox[:1])
+        return []
     return sent
 
 
@@ -84,16 +96,21 @@ class Scheduler:
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
-        errors propagate (the command logs them and retries next round)."""
+        errors propagate (the command logs them and retries next round). ``timings`` in the
+        result says where the round's time went (seconds per step)."""
         res = RoundResult()
+        clock = _Clock(res.timings)
         if not _lock_round():
             res.skipped = True
             return res
         try:
             with transaction.atomic():
                 self._advance_queued(res)
+            clock("advance")
             self._flush(res)
+            clock("send")
             snap = take_snapshot()
+            clock("snapshot")
             with transaction.atomic():
                 for job, why in snap.unplaceable:
                     if _move(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
@@ -101,12 +118,14 @@ class Scheduler:
             by_device: dict[int, list] = defaultdict(list)
             for p in self.policy.place(snap.state):
                 by_device[p.device_id].append(p)
+            clock("decide")
             items = list(by_device.items())
             for i in range(0, len(items), CHUNK_DEVICES):
                 with transaction.atomic():
-                    for dev_id, ps in items[i:i + CHUNK_DEVICES]:
-                        self._open(snap, snap.devices[dev_id], ps, res)
+                    self._open(snap, items[i:i + CHUNK_DEVICES], res)
+                clock("write")
                 self._flush(res)
+                clock("send")
         finally:
             _unlock_round()
         return res
@@ -120,38 +139,67 @@ class Scheduler:
 
     # -- steps ------------------------------------------------------------------------------
     def _advance_queued(self, res: RoundResult) -> None:
-        queued = list(Job.objects.filter(status=JobStatus.QUEUED).order_by("-priority", "created_at"))
+        """queued -> ready (curve stored) or -> profiling (task queued for after the commit), in
+        two bulk moves. The queued rows are locked as they are read (``FOR UPDATE`` re-checks the
+        status after any wait), so no one else moves them before the bulk moves."""
+        queued = list(Job.objects.select_for_update().filter(status=JobStatus.QUEUED)
+                      .order_by("-priority", "created_at", "pk"))
+        if not queued:
+            return
         with_curve = set(MemoryProfile.objects.filter(job__in=queued).values_list("job_id", flat=True))
-        profiler = _profiling_device()
-        for job in queued:
-            if job.pk in with_curve:
-                if _move(job, JobStatus.READY, reason="memory curve known"):
-                    res.ready.append(job.pk)
-            elif profiler is not None and _move(job, JobStatus.PROFILING, device=profiler):
-                res.profiling.append(job.pk)
-                res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
-                                     [job.pk, {"workload": job.workload, "params": job.params or {}}]))
+        ready = [j for j in queued if j.pk in with_curve]
+        transition_many(ready, JobStatus.READY, reason="memory curve known")
+        res.ready += [j.pk for j in ready]
+        profiler = _profiling_device() if len(ready) < len(queued) else None
+        if profiler is None:
+            return
+        profiling = [j for j in queued if j.pk not in with_curve]
+        transition_many(profiling, JobStatus.PROFILING, device=profiler)
+        for job in profiling:
+            res.profiling.append(job.pk)
+            res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
+                               [job.pk, {"workload": job.workload, "params": job.params or {}}]))
 
-    def _open(self, snap, device: Device, ps: list, res: RoundResult) -> None:
-        """Open one placement for the jobs put on ``device`` (the last plan covers them all);
-        if that is refused, try them one at a time so the still-valid ones go ahead."""
-        jobs = [snap.jobs[p.job_id] for p in ps]
-        attempts = [(jobs, ps[-1].plan)] + ([([j], p.plan) for j, p in zip(jobs, ps)] if len(ps) > 1 else [])
-        for group, plan in attempts:
-            if any(j.pk in res.placed for j in group):
-                continue
-            try:
-                placement = Placement.open(device, group, plan.to_dict())
-            except (IllegalTransition, PlacementError) as exc:
-                log.info("placement on %s refused: %s", device, exc)
-                continue
-            for j in group:
-                res.placed[j.pk] = placement.pk
-                spec = {"workload": j.workload, "params": j.params or {}, "placement": placement.pk,
-                        "curve": snap.curves[j.pk], "plan": placement.plan}
-                res.outbox.append((RUN_TASK, j.pk, device.queue, [j.pk, spec]))
-            if group is jobs:
-                return
+    def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
+        """Open one placement per device for the jobs put on it (the last plan covers them all)
+        with one :meth:`Placement.open_many`; a refused group of several jobs is tried again one
+        job at a time (a second ``open_many``) so the still-valid ones go ahead."""
+        groups = [(snap.devices[dev_id], [snap.jobs[p.job_id] for p in ps], ps[-1].plan) for dev_id, ps in items]
+        opened = Placement.open_many([(d, jobs, plan.to_dict()) for d, jobs, plan in groups])
+        retry = []
+        for (device, jobs, _), (_, ps), got in zip(groups, items, opened):
+            if isinstance(got, Placement):
+                self._placed(snap, device, jobs, got, res)
+            else:
+                log.info("placement on %s refused: %s", device, got)
+                if len(jobs) > 1:
+                    retry += [(device, [j], p.plan) for j, p in zip(jobs, ps)]
+        if retry:
+            for (device, jobs, _), got in zip(retry, Placement.open_many([(d, js, pl.to_dict()) for d, js, pl in retry])):
+                if isinstance(got, Placement):
+                    self._placed(snap, device, jobs, got, res)
+                else:
+                    log.info("placement on %s refused: %s", device, got)
+
+    @staticmethod
+    def _placed(snap, device: Device, jobs: list, placement: Placement, res: RoundResult) -> None:
+        for j in jobs:
+            res.placed[j.pk] = placement.pk
+            spec = {"workload": j.workload, "params": j.params or {}, "placement": placement.pk,
+                    "curve": snap.curves[j.pk], "plan": placement.plan}
+            res.outbox.append((RUN_TASK, j.pk, device.queue, [j.pk, spec]))
+
+
+class _Clock:
+    """Adds the seconds since the last call to ``timings[step]``."""
+
+    def __init__(self, timings: dict[str, float]) -> None:
+        self.timings, self.t = timings, time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.timings[step] = self.timings.get(step, 0.0) + now - self.t
+        self.t = now
 
 
 def _lock_round() -> bool:
