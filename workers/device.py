@@ -31,6 +31,7 @@ class JobState:
     iteration: int = -1  # last started iteration
     phase: str = "setup"  # setup | wait | forward | backward | optimizer | checkpoint | done
     started_at: float = field(default_factory=time.time)
+    gate: Any = None  # the job's workers.gate.Gate, fed live allocated bytes by the reporter
 
 
 @dataclass

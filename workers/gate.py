@@ -26,6 +26,7 @@ EMA = 0.3  # weight of the newest measured iteration time
 #   predictable, so it starts only when no other job of the device is inside an iteration.
 CONTENTION = 3.0
 SAFETY = 2.0
+FORWARD_STALL = 10.0  # during forward the coordinator sees the job held at its peak (Note [Progress from memory])
 
 
 class RunStopped(Exception):
@@ -51,7 +52,8 @@ class Gate:
             from placement.curves import curve_from_dict
 
             self.curve = curve_from_dict(spec.curve)  # raises CurveError naming the bad field
-            self._peak_fraction = float(self.curve.fractions[int(self.curve.bytes.argmax())])
+            self._peak_index = int(self.curve.bytes.argmax())
+            self._peak_fraction = float(self.curve.fractions[self._peak_index])
 
     def join(self, job_id: Any) -> None:
         if self.curve is not None:
@@ -86,17 +88,55 @@ class Gate:
         waited = time.monotonic() - t0
         return waited if waited > 1e-4 else 0.0
 
+    def observe(self, job_id: Any, allocated_bytes: int, phase: str) -> None:
+        """Re-anchor the job's progress from its live allocated bytes (the reporter calls this at 5 Hz).
+
+        Note [Progress from memory]
+            Between marks the coordinator extrapolates progress from time, which is wrong whenever the
+            machine runs slower or faster than predicted. Two rules keep the prediction on the safe side:
+            during ``forward`` a job is taken to be *at its peak already* (its rise may come sooner than
+            predicted, and the peak is what the others must make room for); during ``backward`` its live
+            allocated bytes say where it is on the falling part of its curve (the first point after the
+            peak whose bytes have fallen to them). The gate only ever moves the estimate *back*; marks and
+            the end of the iteration move it forward.
+        """
+        if not self.joined or phase not in ("forward", "backward"):
+            return
+        f, b = self.curve.fractions, self.curve.bytes
+        peak = self._peak_index
+        if phase == "forward":
+            where = float(f[peak])
+        else:
+            hits = (b[peak:] <= allocated_bytes).nonzero()[0]
+            where = float(f[peak + hits[0]]) if len(hits) else float(f[-1])
+        try:
+            now = self.coordinator.snapshot()["jobs"].get(str(job_id))
+            if now and now["in_flight"] and where < now["fraction"]:
+                self.coordinator.report_progress(job_id, where)
+        except (KeyError, ValueError):  # the job left meanwhile
+            pass
+
     def progress(self, job_id: Any, kind: str, iteration: int) -> None:
         if not self.joined:
             return
         now = time.monotonic()
         if kind == "iteration_start":
             self._iter_started = now
+        elif kind == "forward":  # Note [Progress from memory]: at its peak, and not falling, until backward
+            self.coordinator.set_iteration_s(job_id, FORWARD_STALL * self._expected_s())
+            self.coordinator.report_progress(job_id, self._peak_fraction)
         elif kind == "backward":
+            self.coordinator.set_iteration_s(job_id, self._expected_s())
             self.coordinator.report_progress(job_id, self._peak_fraction)
         elif kind == "iteration_end":
             self.coordinator.end_iteration(job_id)
             took = now - self._iter_started
             self._iteration_s = took if self._iteration_s is None else (1 - EMA) * self._iteration_s + EMA * took
             if self._iteration_s > 0:
-                self.coordinator.set_iteration_s(job_id, SAFETY * self._iteration_s)
+                self.coordinator.set_iteration_s(job_id, self._expected_s())
+
+    def _expected_s(self) -> float:
+        """Expected iteration time handed to the coordinator (Note [Expected iteration time ...])."""
+        if self._iteration_s is None:
+            return CONTENTION * self.curve.iteration_s
+        return SAFETY * self._iteration_s

@@ -29,6 +29,8 @@ def collect_samples(rt: DeviceRuntime, now: float) -> list[dict[str, Any]]:
     samples = []
     for js in rt.jobs():
         st = rt.allocator.memory_stats(job=js.job_id, device=rt.alloc_device)
+        if js.gate is not None:
+            js.gate.observe(js.job_id, int(st.get(ALLOCATED, 0)), js.phase)  # Note [Progress from memory]
         samples.append({"job": js.job_id, "device": rt.device, "t": now,
                         "allocated": int(st.get(ALLOCATED, 0)), "reserved": int(st.get(RESERVED, 0)),
                         "iteration": js.iteration, "iterations": js.iterations, "phase": js.phase})

@@ -129,9 +129,9 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         log.info("job %s placement %s already finished (%s); redelivery ignored", job_id, spec.placement,
                  done.get("status"))
         return done
-    state = JobState(job_id=job_id, iterations=int(spec.params.get("iterations") or 0))
+    gate = Gate(rt, spec)  # raises CurveError for a malformed curve, before anything is registered
+    state = JobState(job_id=job_id, iterations=int(spec.params.get("iterations") or 0), gate=gate)
     rt.add_job(state)  # raises if this job already runs in this process
-    gate = Gate(rt, spec)
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement}
     t_setup = time.monotonic()
     try:

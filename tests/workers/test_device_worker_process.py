@@ -90,8 +90,8 @@ def test_it_registers_its_device_and_heartbeats(worker, server):
 
 
 def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(worker, client, server):
-    a = run(client, 11, "digits-cnn", {"iterations": 40})
-    b = run(client, 12, "tiny-lm", {"iterations": 25})
+    a = run(client, 11, "digits-cnn", {"iterations": 150})
+    b = run(client, 12, "tiny-lm", {"iterations": 60})
     out_a, out_b = a.get(timeout=300), b.get(timeout=300)
     assert out_a["status"] == "succeeded" and out_b["status"] == "succeeded", (out_a, out_b)
     assert out_a["metrics"]["train_accuracy"] > 0.3 and out_a["metrics"]["peak_allocated_bytes"] > 0
@@ -99,8 +99,9 @@ def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(
     got = samples(server)
     for job in (11, 12):
         ts = sorted(s["t"] for s in got if s["job"] == job and s["phase"] not in ("setup",))
-        assert len(ts) >= 5
-        assert (len(ts) - 1) / (ts[-1] - ts[0]) >= 4.0
+        assert len(ts) >= 8
+        gaps = sorted(b - a for a, b in zip(ts, ts[1:]))
+        assert gaps[len(gaps) // 2] <= 0.25  # median interval: published at >= 4 Hz
     both = [s for s in got if s["job"] is None and set(s["jobs"]) == {11, 12}]
     assert both, "the two jobs were never on the device at the same time"
     msgs = [m["msg"] for m in control(server) if m.get("job") in (11, 12)]
@@ -108,7 +109,7 @@ def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(
 
 
 def test_a_finished_run_delivered_again_is_not_run_twice(worker, client, server):
-    again = run(client, 11, "digits-cnn", {"iterations": 40}).get(timeout=120)
+    again = run(client, 11, "digits-cnn", {"iterations": 150}).get(timeout=120)
     assert again["status"] == "succeeded"
     starts = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 11]
     assert len(starts) == 1
