@@ -68,7 +68,10 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
     every curve. No queue is declared (``declare=[]``): a task is published to the default
     exchange with its queue's name as routing key, which kombu's Redis transport turns into an
     LPUSH on that queue's list whether or not it was declared; the device worker declares the
-    queue it consumes (a declare here cost two Redis round trips per new queue per process). Returns what was sent. If the batch fails, the error is logged and none of it is
+    queue it consumes (a declare here cost two Redis round trips per new queue per process).
+    ``ignore_result=True``: the outcome of a device task comes back through the control
+    consumer, never through Celery's result backend, and a stored-result task costs a pub/sub
+    subscribe and unsubscribe on the backend per message. Returns what was sent. If the batch fails, the error is logged and none of it is
     reported sent (the part flushed before the failure, if any, was delivered) (the jobs stay placed or profiling; liveness checks requeue lost work).
     """
     from zico import celery_app
@@ -78,7 +81,7 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
         with celery_app.producer_or_acquire() as producer, producer.batch(max_size=SEND_BATCH):
             for name, job_id, queue, args in outbox:
                 celery_app.send_task(name, args=args, queue=queue, producer=producer, declare=[],
-                                     argsrepr=f"({job_id}, ...)", kwargsrepr="{}")
+                                     ignore_result=True, argsrepr=f"({job_id}, ...)", kwargsrepr="{}")
                 sent.append((name, job_id, queue))
     except Exception:
         log.exception("could not send %d tasks (%s ...)", len(outbox), outbox[:1])

@@ -58,9 +58,10 @@ class Command(BaseCommand):
                 log.exception("scheduling round failed")
             else:
                 if res.placed or res.profiling or res.ready or res.failed:
+                    steps = ", ".join(f"{k} {v:.3f}" for k, v in res.timings.items())
                     self.stdout.write(f"round: placed {len(res.placed)}, profiling {len(res.profiling)}, "
                                       f"ready {len(res.ready)}, failed {len(res.failed)} "
-                                      f"in {time.monotonic() - t0:.3f} s")
+                                      f"in {time.monotonic() - t0:.3f} s ({steps})")
             done += 1
             stop.wait(interval)
         self.stdout.write("scheduler stopped")
