@@ -201,8 +201,8 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
         if changed != len(ids):  # cannot happen under the row locks; never write a partial move
             raise IllegalTransition(ids[0], rows.get(ids[0], "missing"), to)
         Event.objects.bulk_create([
-            Event(kind=Event.Kind.STATUS_CHANGE, time=now, job_id=j.pk, tenant_id=j.tenant_id, actor=actor,
-                  device=devices_by_job.get(j.pk, device),
+            Event(kind=Event.Kind.STATUS_CHANGE, time=now, job_id=j.pk, tenant_id=j.tenant_id,
+                  actor_id=actor and actor.pk, device_id=getattr(devices_by_job.get(j.pk, device), "pk", None),
                   details={"reason": reason, "from": rows[j.pk], "to": to, **details_by_job.get(j.pk, {})})
             for j in jobs])
         fresh = {r.pk: r for r in Job.objects.filter(pk__in=ids).only(

@@ -121,7 +121,7 @@ def take_snapshot(now=None) -> Snapshot:
                for t in Tenant.objects.all()}
     resident = list(Job.objects.filter(status__in=ON_DEVICE, placements__ended_at__isnull=True)
                     .values_list("pk", "placements__device_id").distinct())
-    ready = list(Job.objects.filter(status=JobStatus.READY).select_related("tenant"))
+    ready = list(Job.objects.filter(status=JobStatus.READY))
     curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])
     resident_rows = {j.pk: j for j in Job.objects.filter(pk__in=[pk for pk, _ in resident])}
     snap = Snapshot(state=ClusterState((), (), tenants))  # filled in below
