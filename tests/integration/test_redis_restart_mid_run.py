@@ -25,25 +25,27 @@ def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_s
     tenant = Tenant.objects.create(name="T", slug="t")
     owner = get_user_model().objects.create_user("owner")
     tenant.add_member(owner, Role.OWNER)
-    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params={"iterations": 300})
+    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn",
+                     params={"iterations": 300, "batch_size": 256, "image_size": 32})
     job.transition("ready")
     placement = Placement.open(device, [job], plan={})
     client.send_task("zico.device.run_job", queue=cpu_queue(stack.host),
                      args=[job.pk, {"workload": job.workload, "params": job.params, "placement": placement.pk}])
-    waiter(lambda: Job.objects.filter(pk=job.pk, status="running", progress_iteration__gt=0).exists(), 180,
-           "the job to make progress")
+    waiter(lambda: Job.objects.filter(pk=job.pk, progress_iteration__gt=0).exists(), 300, "the job to make progress")
 
     redis_server.restart(down_s=3.0)
     restarted_at = time.time()
+    job.refresh_from_db()
+    assert job.status == "running" and job.progress_iteration < 300  # the restart hit a running job
 
-    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "queued"), 600, "the job to end")
+    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "queued"), 900, "the job to end")
     job.refresh_from_db()
     assert job.status == "succeeded", (job.status, job.failure_reason)
     assert job.lost_count == 0  # the outage was not mistaken for a dead worker
     gap = waiter(lambda: TelemetryGap.objects.filter(device=device).first(), 60, "the telemetry gap row")
     assert 2.0 <= gap.seconds <= 60 and gap.end.timestamp() <= restarted_at + 60
-    after = TimelinePoint.objects.filter(job=job, second__gt=int(restarted_at) + 1)
-    assert after.exists()  # telemetry resumed after the restart
+    # telemetry resumed after the restart (samples of the job and of the device were stored again)
+    assert TimelinePoint.objects.filter(job=job, second__gt=int(restarted_at) + 1).exists()
     assert worker.poll() is None and consumer.poll() is None  # nothing crashed
     # the worker reconnected to the broker: it still takes new tasks
     facts = client.send_task("zico.device.describe", queue=cpu_queue(stack.host)).get(timeout=120)

@@ -44,7 +44,8 @@ def test_a_killed_worker_loses_its_job_which_resumes_from_its_checkpoint(stack, 
     tenant = Tenant.objects.create(name="T", slug="t")
     owner = get_user_model().objects.create_user("owner")
     tenant.add_member(owner, Role.OWNER)
-    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params={"iterations": 300})
+    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn",
+                     params={"iterations": 300, "batch_size": 256, "image_size": 32})
     place_and_send(client, job, device)
 
     ckpt = tmp_path / "ckpt"
