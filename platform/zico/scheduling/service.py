@@ -62,17 +62,25 @@ class RoundResult:
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
     """Send device tasks by name, each on its queue (the web side never imports the worker
-    code), over one broker connection in one publish batch: kombu's ``Producer.batch`` buffers
-    the messages' Redis commands in one non-transactional pipeline, sent at the end (or every
-    ``SEND_BATCH`` messages). ``argsrepr`` is given so Celery does not build a printable copy of
-    every curve. No queue is declared (``declare=[]``): a task is published to the default
-    exchange with its queue's name as routing key, which kombu's Redis transport turns into an
-    LPUSH on that queue's list whether or not it was declared; the device worker declares the
-    queue it consumes (a declare here cost two Redis round trips per new queue per process).
-    ``ignore_result=True``: the outcome of a device task comes back through the control
-    consumer, never through Celery's result backend, and a stored-result task costs a pub/sub
-    subscribe and unsubscribe on the backend per message. Returns what was sent. If the batch fails, the error is logged and none of it is
-    reported sent (the part flushed before the failure, if any, was delivered) (the jobs stay placed or profiling; liveness checks requeue lost work).
+    code), over one broker connection in one publish batch.
+
+    Args:
+        outbox: ``(task name, job id, queue, args)`` per message.
+    Returns:
+        ``(task name, job id, queue)`` of what was sent. If the batch fails, the error is logged
+        and nothing is reported sent (a part flushed before the failure was delivered); the jobs
+        stay placed or profiling and the liveness checks requeue lost work.
+
+    Note [Publishing a round's tasks]: kombu's ``Producer.batch`` buffers the messages' Redis
+    commands in one non-transactional pipeline, sent at the end (or every ``SEND_BATCH``
+    commands). ``argsrepr`` is given so Celery does not build a printable copy of every curve.
+    No queue is declared (``declare=[]``): a task goes to the default exchange with its queue's
+    name as routing key, which kombu's Redis transport turns into an LPUSH on that queue's list
+    whether or not it was declared; the device worker declares the queue it consumes (a declare
+    here cost two Redis round trips per new queue per process). ``ignore_result=True``: the
+    outcome of a device task comes back through the control consumer, never through Celery's
+    result backend, and a task with a stored result costs a subscribe and an unsubscribe on the
+    backend's pub/sub per message.
     """
     from zico import celery_app
 
@@ -84,7 +92,7 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
                                      ignore_result=True, argsrepr=f"({job_id}, ...)", kwargsrepr="{}")
                 sent.append((name, job_id, queue))
     except Exception:
-        log.exception("could not send %d tasks (%s ...)", len(outbox), outbox[:1])
+        log.exception("could not send %d tasks (jobs %s)", len(outbox), [job_id for _, job_id, _, _ in outbox])
         return []
     return sent
 
