@@ -144,7 +144,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["zico.ratelimits.ApiUseThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "zico.api.pagination.BoundedLimitOffsetPagination",  # limit, offset bounded
-    "PAGE_SIZE": 100,
+    "PAGE_SIZE": 25,  # rows per page unless ?limit= (at most 1000): small pages keep list calls cheap
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Zico API",
