@@ -168,7 +168,8 @@ class Placement(models.Model):
 
     @classmethod
     def open(cls, device: Device, jobs, plan: dict | None = None, *, actor=None) -> "Placement":
-        """Place ``jobs`` (all ``ready``) on ``device`` under ``plan``, atomically.
+        """Place ``jobs`` (all ``ready``) on ``device`` under ``plan``, atomically: a one-group
+        :meth:`open_many`, whose :meth:`_refusal` holds the one copy of the rules.
 
         Creates the Placement, moves every job ready → placed (a status_change Event each) and
         records one ``placement`` Event per tenant involved. Jobs on one device share one worker
@@ -179,51 +180,11 @@ class Placement(models.Model):
             PlacementError: no jobs, the device is not online, the co-location policy forbids it, or a
                 tenant would exceed its ``max_running_jobs`` quota (jobs placed or running, any device).
             zico.jobs.transitions.IllegalTransition: a job is not ``ready``; nothing is written.
+            ValueError: a job is listed twice.
         """
-        from zico.jobs.models import Event, Job
-        from zico.jobs.transitions import ON_DEVICE, IllegalTransition, JobStatus
-        from zico.tenants.models import Tenant
-
-        jobs = list(jobs)
-        if not jobs:
-            raise PlacementError("jobs: a placement needs at least one job")
-        with transaction.atomic():
-            dev = Device.objects.select_for_update().select_related("node").get(pk=device.pk)
-            if dev.status != Status.ONLINE:
-                raise PlacementError(f"device: {dev} is {dev.status}, not online")
-            resident = Job.objects.filter(status__in=ON_DEVICE, placements__device=dev,
-                                          placements__ended_at__isnull=True)
-            # Locked, so two placements on different devices cannot both slip under a running-jobs quota.
-            tenants = list(Tenant.objects.select_for_update().filter(
-                models.Q(pk__in=[j.tenant_id for j in jobs]) | models.Q(pk__in=resident.values("tenant_id"))
-            ))
-            if len(tenants) > 1 and not all(t.allow_cross_tenant_colocation for t in tenants):
-                refusing = ", ".join(t.slug for t in tenants if not t.allow_cross_tenant_colocation)
-                raise PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
-            for t in tenants:
-                adding = sum(j.tenant_id == t.pk for j in jobs)
-                if adding:
-                    on_device = Job.objects.filter(tenant=t, status__in=ON_DEVICE).count()
-                    if on_device + adding > t.max_running_jobs:
-                        raise PlacementError(f"jobs: tenant {t.slug} would have {on_device + adding} jobs placed or "
-                                             f"running, over its quota of {t.max_running_jobs}")
-            # Check every job before writing anything, so no in-memory job is left showing a rolled-back move.
-            locked = {j.pk: j.status for j in Job.objects.select_for_update().filter(pk__in=[j.pk for j in jobs])}
-            for job in jobs:
-                if locked.get(job.pk) != JobStatus.READY:
-                    raise IllegalTransition(job.pk, locked.get(job.pk, "missing"), JobStatus.PLACED)
-            placement = cls.objects.create(device=dev, plan=plan or {})
-            placement.jobs.set(jobs)
-            for job in jobs:
-                job.transition(JobStatus.PLACED, actor=actor, device=dev, placement=placement.pk)
-            for t in tenants:
-                mine = [j.pk for j in jobs if j.tenant_id == t.pk]
-                if mine:
-                    # Each tenant's event names only its own jobs (and carries the plan, which names every
-                    # co-located job, only when no other tenant is involved): other tenants' jobs are not theirs.
-                    shared = len(tenants) > 1
-                    Event.record(Event.Kind.PLACEMENT, tenant=t, device=dev, actor=actor, placement=placement.pk,
-                                 jobs=mine, shared_with_other_tenants=shared, plan=None if shared else placement.plan)
+        [placement] = cls.open_many([(device, jobs, plan)], actor=actor)  # the rules live there, once
+        if isinstance(placement, Exception):
+            raise placement
         return placement
 
     @classmethod
@@ -253,7 +214,8 @@ class Placement(models.Model):
         groups = [(device, list(jobs), plan or {}) for device, jobs, plan in groups]
         all_ids = [j.pk for _, jobs, _ in groups for j in jobs]
         if len(set(all_ids)) != len(all_ids):
-            raise ValueError("groups: a job appears in more than one group")
+            dup = next(pk for pk in all_ids if all_ids.count(pk) > 1)
+            raise ValueError(f"groups: job {dup} is listed twice (in more than one group, or twice in one)")
         out: list = [None] * len(groups)
         with transaction.atomic():
             devices = {d.pk: d for d in Device.objects.select_for_update().select_related("node")
@@ -299,15 +261,21 @@ class Placement(models.Model):
 
     @staticmethod
     def _refusal(dev, jobs, tenants, on_dev, counts, status):
-        """Why :meth:`open_many` refuses one group (an exception to return), or None; the rules of
-        :meth:`open` on the state read under locks plus the groups accepted before."""
+        """Why :meth:`open_many` refuses one group (an exception to return), or None: the placement
+        rules (see :meth:`open`), judged on the state read under locks plus the groups accepted before.
+
+        ``dev`` is the locked Device or None (gone); ``tenants`` maps id -> Tenant; ``on_dev`` maps
+        device id -> ids of the tenants with jobs on it; ``counts`` maps tenant id -> jobs placed or
+        running; ``status`` maps job id -> its locked status.
+        """
         from zico.jobs.transitions import IllegalTransition, JobStatus
 
         if not jobs:
             return PlacementError("jobs: a placement needs at least one job")
         if dev is None or dev.status != Status.ONLINE:
             return PlacementError(f"device: {dev or 'the device'} is {dev.status if dev else 'gone'}, not online")
-        involved = [tenants[t] for t in sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))]
+        involved = sorted((tenants[t] for t in {j.tenant_id for j in jobs} | on_dev.get(dev.pk, set())),
+                          key=lambda t: t.slug)  # the Tenant ordering, as the messages name them
         if len(involved) > 1 and not all(t.allow_cross_tenant_colocation for t in involved):
             refusing = ", ".join(t.slug for t in involved if not t.allow_cross_tenant_colocation)
             return PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
@@ -328,6 +296,8 @@ class Placement(models.Model):
 
         if actor is not None and not getattr(actor, "is_authenticated", False):
             actor = None
+        # Each tenant's event names only its own jobs, and carries the plan (which names every co-located
+        # job) only when no other tenant is involved: other tenants' jobs are not theirs to see.
         shared = len(involved) > 1
         events = []
         for tid in involved:

@@ -80,9 +80,23 @@ def is_allowed(from_status: str, to_status: str) -> bool:
     return to_status in TRANSITIONS.get(from_status, frozenset())
 
 
+def _check_target(to: str, reason: str) -> None:
+    """Refuse an unknown target status or a move to ``failed`` without a reason (ValueError)."""
+    if to not in TRANSITIONS:
+        raise ValueError(f"unknown job status {to!r} (expected one of {', '.join(ALL_STATUSES)})")
+    if to == S.FAILED and not reason.strip():
+        raise ValueError("reason: a move to 'failed' needs a reason")
+
+
+# The Job fields a move may change, refreshed on the caller's object by transition.
+_MOVED_FIELDS = ("status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
+                 "failure_reason", "metrics", "updated_at")
+
+
 def transition(job, to: str, *, reason: str = "", actor=None, device=None,
                metrics: dict[str, Any] | None = None, **details: Any):
-    """Move ``job`` to status ``to`` and record a ``status_change`` Event, atomically.
+    """Move ``job`` to status ``to`` and record a ``status_change`` Event, atomically: a one-job
+    :func:`transition_many` (the one place that writes a move), plus the ``metrics`` merge.
 
     Args:
         job: a Job instance (its in-memory fields are refreshed from the moved row).
@@ -99,36 +113,16 @@ def transition(job, to: str, *, reason: str = "", actor=None, device=None,
             (read under a row lock); nothing is written.
         ValueError: unknown target status, or ``failed`` without a reason.
     """
-    from .models import Event, Job
+    from .models import Job
 
-    if to not in TRANSITIONS:
-        raise ValueError(f"unknown job status {to!r} (expected one of {', '.join(ALL_STATUSES)})")
-    if to == S.FAILED and not reason.strip():
-        raise ValueError("reason: a move to 'failed' needs a reason")
+    _check_target(to, reason)
     with transaction.atomic():
-        row = Job.objects.select_for_update().get(pk=job.pk)
-        old = row.status
-        if not is_allowed(old, to):
-            raise IllegalTransition(row.pk, old, to)
-        now = timezone.now()
-        row.status = to
-        row.status_changed_at = now
-        if to == S.RUNNING:
-            row.attempts += 1
-            row.started_at = row.started_at or now
-        elif to == S.LOST:
-            row.lost_count += 1
-        if to in TERMINAL:
-            row.finished_at = now
-        if to == S.FAILED:
-            row.failure_reason = reason
+        transition_many([job], to, reason=reason, actor=actor, device=device, details_by_job={job.pk: details})
+        row = Job.objects.only(*_MOVED_FIELDS).get(pk=job.pk)  # still locked by transition_many
         if metrics:
             row.metrics = {**(row.metrics or {}), **metrics}
-        row.save()
-        Event.record(Event.Kind.STATUS_CHANGE, job=row, device=device, actor=actor,
-                     reason=reason, **{"from": old, "to": to}, **details)
-    for f in ("status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
-              "failure_reason", "metrics", "updated_at"):
+            Job.objects.filter(pk=row.pk).update(metrics=row.metrics)
+    for f in _MOVED_FIELDS:
         setattr(job, f, getattr(row, f))
     return job
 
@@ -137,15 +131,15 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
                     details_by_job: dict[int, dict[str, Any]] | None = None,
                     devices_by_job: dict[int, Any] | None = None):
     """Move every job of ``jobs`` to status ``to`` at once, or none of them: the bulk form of
-    :func:`transition`, by the same table, with one ``status_change`` Event per job.
+    :func:`transition` (which calls it for one job), with one ``status_change`` Event per job.
 
     A fixed number of queries whatever the number of jobs: the rows are locked and read
     (``SELECT … FOR UPDATE``, in id order), every current status is checked against the table,
     then one conditional ``UPDATE … WHERE id IN (…) AND status IN (<statuses that may move to
     to>)`` whose row count must equal the number of jobs, and one bulk insert of the Events. The
-    side effects per target are those of :func:`transition` (``running``: attempts + 1 and
-    started_at kept or set; ``lost``: lost_count + 1; terminal: finished_at; ``failed``:
-    failure_reason); there is no ``metrics`` merge here.
+    side effects per target, written here only: ``running``: attempts + 1 and started_at kept or
+    set; ``lost``: lost_count + 1; terminal: finished_at; ``failed``: failure_reason. There is no
+    ``metrics`` merge here (:func:`transition` has it).
 
     Args:
         jobs: Job instances (distinct; their in-memory fields are updated like transition's).
@@ -167,10 +161,7 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
 
     from .models import Event, Job
 
-    if to not in TRANSITIONS:
-        raise ValueError(f"unknown job status {to!r} (expected one of {', '.join(ALL_STATUSES)})")
-    if to == S.FAILED and not reason.strip():
-        raise ValueError("reason: a move to 'failed' needs a reason")
+    _check_target(to, reason)
     jobs = list(jobs)
     ids = [j.pk for j in jobs]
     if len(set(ids)) != len(ids):
