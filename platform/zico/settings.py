@@ -153,6 +153,20 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+def _positive(var: str, default: int | float, cast=int):
+    """The env var ``var`` as a positive ``cast`` (int or float), else ImproperlyConfigured naming it."""
+    raw = env.str(var, default=str(default)).strip()
+    try:
+        value = cast(raw)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{var}={raw!r}: expected a positive {cast.__name__}")
+    return value
+
+
 # --- Redis, Celery ----------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
@@ -166,6 +180,17 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
+# With acks_late a task is redelivered once it stays unacknowledged past the Redis transport's visibility
+# timeout (kombu's default: 1 h), so a training task running longer would start a second time; 12 h here.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _positive("ZICO_BROKER_VISIBILITY_TIMEOUT_S", 43200)}
+
+# --- Workers and telemetry (control consumer, zico/telemetry) ----------------------------
+# Seconds of stored memory timeline kept; older points are pruned every minute (default 7 days).
+ZICO_TIMELINE_RETENTION_S = _positive("ZICO_TIMELINE_RETENTION_S", 7 * 24 * 3600)
+# Losses (worker gone mid-job) after which a job is failed instead of requeued.
+ZICO_MAX_WORKER_LOSSES = _positive("ZICO_MAX_WORKER_LOSSES", 3)
+# Seconds without a changed heartbeat after which a device's worker is declared lost (float).
+ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
 
 # --- Rate limits (zico/ratelimits.py) -------------------------------------------------------
 # Counters live in Redis (the "ratelimit" cache) so that every gunicorn process shares them. While Redis

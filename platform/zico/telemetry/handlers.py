@@ -218,7 +218,7 @@ def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | No
     have been lost ``max_losses`` times). Ends their placements. Returns the jobs moved."""
     from django.conf import settings
 
-    max_losses = max_losses or int(getattr(settings, "ZICO_MAX_WORKER_LOSSES", 3))
+    max_losses = max_losses or settings.ZICO_MAX_WORKER_LOSSES
     moved = []
     for job in jobs:
         placement = job.active_placement()

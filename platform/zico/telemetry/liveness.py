@@ -3,8 +3,8 @@
 Note [Heartbeats without clock skew]
     Workers refresh ``zico:worker:<dev>:heartbeat`` every second with a new value. The consumer does not
     compare the worker's clock with its own; it records, on its *own* monotonic clock, when it last saw the
-    value change. A device is lost when that is more than ``lost_after_s`` ago (default 15 s, so lost jobs
-    are requeued well within a minute). When the consumer itself could not reach Redis, every device gets a
+    value change. A device is lost when that is more than ``lost_after_s`` ago (default
+    ``settings.ZICO_WORKER_LOST_AFTER_S``, 15 s, so lost jobs are requeued well within a minute). When the consumer itself could not reach Redis, every device gets a
     fresh grace period on reconnect, so a Redis outage never reads as a dead worker.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Liveness:
     """Tracks heartbeats of registered devices and declares lost the ones that stop (see the Note)."""
 
     def __init__(self, lost_after_s: float | None = None, clock=time.monotonic):
-        self.lost_after_s = float(lost_after_s or getattr(settings, "ZICO_WORKER_LOST_AFTER_S", 15))
+        self.lost_after_s = float(lost_after_s or settings.ZICO_WORKER_LOST_AFTER_S)
         self.clock = clock
         self._seen: dict[str, tuple[bytes | None, float]] = {}  # dev -> (last value, when it changed)
         self._down: set[str] = set()

@@ -12,9 +12,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-DEFAULT_RETENTION_S = 7 * 24 * 3600
-
-
 class TimelinePoint(models.Model):
     """One second of one job's memory on one device (``job`` empty: the whole device's pool).
 
@@ -77,7 +74,8 @@ class TelemetryGap(models.Model):
 
 
 def retention_s() -> int:
-    return int(getattr(settings, "ZICO_TIMELINE_RETENTION_S", DEFAULT_RETENTION_S))
+    """Seconds of timeline kept (``settings.ZICO_TIMELINE_RETENTION_S``)."""
+    return settings.ZICO_TIMELINE_RETENTION_S
 
 
 def prune(now=None) -> int:

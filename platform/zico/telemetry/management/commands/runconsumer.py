@@ -10,7 +10,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--lost-after", type=float, default=None,
-                            help="seconds without a heartbeat before a worker is declared lost (default 15)")
+                            help="seconds without a heartbeat before a worker is declared lost (default: settings.ZICO_WORKER_LOST_AFTER_S)")
         parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests)")
 
     def handle(self, *args, lost_after=None, max_seconds=None, **options):
