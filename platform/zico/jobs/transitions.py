@@ -25,10 +25,13 @@ changes nothing.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+
+log = logging.getLogger(__name__)
 
 
 class JobStatus:
@@ -125,6 +128,23 @@ def transition(job, to: str, *, reason: str = "", actor=None, device=None,
     for f in _MOVED_FIELDS:
         setattr(job, f, getattr(row, f))
     return job
+
+
+def try_transition(job, to: str, **kwargs: Any) -> bool:
+    """:func:`transition`, for callers that act on what they saw (a worker's message, a round's
+    decision) while someone else may have moved the job first (a cancel, another round): an
+    IllegalTransition is logged at INFO and answered False; True when the move was made.
+
+    Raises:
+        ValueError: what :func:`transition` raises for bad input (unknown status, ``failed``
+            without a reason).
+    """
+    try:
+        transition(job, to, **kwargs)
+        return True
+    except IllegalTransition as exc:
+        log.info("%s", exc)
+        return False
 
 
 def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,

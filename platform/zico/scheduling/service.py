@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from placement.policies import MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import IllegalTransition, JobStatus, transition_many
+from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
 from .snapshot import take_snapshot
 
@@ -124,7 +124,7 @@ class Scheduler:
             clock("snapshot")
             with transaction.atomic():
                 for job, why in snap.unplaceable:
-                    if _move(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
+                    if try_transition(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
                         res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
             for p in self.policy.place(snap.state):
@@ -229,15 +229,6 @@ def _unlock_round() -> None:
             cur.execute("SELECT pg_advisory_unlock(%s)", [ROUND_LOCK_KEY])
     except Exception:  # the connection is gone, and its session's lock with it
         log.warning("could not release the scheduling lock explicitly", exc_info=True)
-
-
-def _move(job: Job, to: str, **kw) -> bool:
-    try:
-        job.transition(to, **kw)
-        return True
-    except IllegalTransition as exc:  # someone else moved it first (cancel, another round)
-        log.info("%s", exc)
-        return False
 
 
 def _profiling_device() -> Device | None:

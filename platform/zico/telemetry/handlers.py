@@ -15,7 +15,7 @@ from django.db import transaction
 
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
-from zico.jobs.transitions import TERMINAL, IllegalTransition, JobStatus as S
+from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
 
 from . import keys
 from .downsample import Point
@@ -48,15 +48,6 @@ def _current_run(job: Job, msg: dict[str, Any]) -> bool:
         return True
     active = job.active_placement()
     return active is not None and active.pk == int(placement)
-
-
-def _move(job: Job, to: str, **kw) -> bool:
-    try:
-        job.transition(to, **kw)
-        return True
-    except IllegalTransition as exc:
-        log.info("%s", exc)
-        return False
 
 
 def end_placement_if_done(placement: Placement | None, reason: str) -> None:
@@ -106,7 +97,7 @@ def on_job_started(msg: dict[str, Any], r) -> None:
         return
     dev = device_for(msg["device"])
     if job.status == S.PLACED:
-        _move(job, S.RUNNING, device=dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
+        try_transition(job, S.RUNNING, device=dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
     if msg.get("iterations") is not None:
         Job.objects.filter(pk=job.pk).update(total_iterations=int(msg["iterations"]))
 
@@ -142,11 +133,11 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
         log.warning("job %s: unknown outcome %r", job.pk, status)
         return
     if job.status == S.PLACED and status != S.CANCELLED:
-        _move(job, S.RUNNING, device=dev)  # started message lost: the run did start
+        try_transition(job, S.RUNNING, device=dev)  # started message lost: the run did start
     if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
         Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
     else:
-        _move(job, status, device=dev, reason=str(msg.get("reason") or "")[:2000], metrics=metrics)
+        try_transition(job, status, device=dev, reason=str(msg.get("reason") or "")[:2000], metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
     end_placement_if_done(placement, f"job {job.pk} {status}")
@@ -157,11 +148,12 @@ def on_profile_done(msg: dict[str, Any], r) -> None:
     if job is None:
         return
     if msg.get("error"):
-        _move(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000], device=device_for(msg["device"]))
+        try_transition(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000],
+                       device=device_for(msg["device"]))
         return
     MemoryProfile.record(job, msg["curve"])
     if job.status == S.PROFILING:
-        _move(job, S.READY, device=device_for(msg["device"]))
+        try_transition(job, S.READY, device=device_for(msg["device"]))
 
 
 def on_telemetry_gap(msg: dict[str, Any], r) -> None:
@@ -222,15 +214,15 @@ def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | No
     moved = []
     for job in jobs:
         placement = job.active_placement()
-        if not _move(job, S.LOST, device=dev, reason=reason):
+        if not try_transition(job, S.LOST, device=dev, reason=reason):
             continue
         Event.record(Event.Kind.WORKER_LOST, job=job, device=dev, reason=reason, lost_count=job.lost_count,
                      placement=placement.pk if placement else None)
         if placement is not None:
             placement.end(f"worker lost: {reason}")
         if job.lost_count >= max_losses:
-            _move(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
+            try_transition(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
         else:
-            _move(job, S.QUEUED, device=dev, reason="requeued after worker loss; resumes from its checkpoint")
+            try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss; resumes from its checkpoint")
         moved.append(job)
     return moved

@@ -4,8 +4,9 @@ Note [Heartbeats without clock skew]
     Workers refresh ``zico:worker:<dev>:heartbeat`` every second with a new value. The consumer does not
     compare the worker's clock with its own; it records, on its *own* monotonic clock, when it last saw the
     value change. A device is lost when that is more than ``lost_after_s`` ago (default
-    ``settings.ZICO_WORKER_LOST_AFTER_S``, 15 s, so lost jobs are requeued well within a minute). When the consumer itself could not reach Redis, every device gets a
-    fresh grace period on reconnect, so a Redis outage never reads as a dead worker.
+    ``settings.ZICO_WORKER_LOST_AFTER_S``, 15 s, so lost jobs are requeued well within a minute). When
+    the consumer itself could not reach Redis, every device gets a fresh grace period on reconnect, so a
+    Redis outage never reads as a dead worker.
 """
 from __future__ import annotations
 

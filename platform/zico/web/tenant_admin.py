@@ -9,7 +9,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -118,6 +118,11 @@ def member_change(request, slug: str, member_id: int):
     return redirect("web-tenant", slug=tenant.slug)
 
 
+def _quota_errors(errors: dict) -> str:
+    """One message line from field -> list of error texts."""
+    return "Quota: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+
+
 @login_required
 @require_POST
 def quota_change(request, slug: str):
@@ -126,15 +131,15 @@ def quota_change(request, slug: str):
         raise PermissionDenied("quotas are set by cluster staff")
     form = QuotaForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Quota: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        messages.error(request, _quota_errors(form.errors))
         return redirect("web-tenant", slug=tenant.slug)
     gib = form.cleaned_data["max_total_budget_gib"]
-    tenant.max_running_jobs = form.cleaned_data["max_running_jobs"]
-    tenant.max_total_budget_bytes = None if gib is None else int(gib * GIB)
-    tenant.save(update_fields=["max_running_jobs", "max_total_budget_bytes"])
-    from zico.jobs.models import Event
-    Event.record(Event.Kind.QUOTA_CHANGE, tenant=tenant, actor=request.user,
-                 max_running_jobs=tenant.max_running_jobs, max_total_budget_bytes=tenant.max_total_budget_bytes)
+    try:  # Tenant.change validates and records the quota_change Event (old and new values), as the API does
+        tenant.change(actor=request.user, max_running_jobs=form.cleaned_data["max_running_jobs"],
+                      max_total_budget_bytes=None if gib is None else int(gib * GIB))
+    except ValidationError as exc:
+        messages.error(request, _quota_errors(exc.message_dict))
+        return redirect("web-tenant", slug=tenant.slug)
     messages.success(request, "Quotas saved.")
     return redirect("web-tenant", slug=tenant.slug)
 

@@ -10,7 +10,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--lost-after", type=float, default=None,
-                            help="seconds without a heartbeat before a worker is declared lost (default: settings.ZICO_WORKER_LOST_AFTER_S)")
+                            help="seconds without a heartbeat before a worker is declared lost "
+                                 "(default: ZICO_WORKER_LOST_AFTER_S, 15)")
         parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests)")
 
     def handle(self, *args, lost_after=None, max_seconds=None, **options):
