@@ -1,5 +1,6 @@
-"""Fixtures for end-to-end tests: a private Redis, the real PostgreSQL test database shared with subprocesses,
-the control consumer (``manage.py runconsumer``) and device workers started the documented way."""
+"""Fixtures for end-to-end tests: a private Redis, the real PostgreSQL test database shared with subprocesses
+(or a private PostgreSQL cluster that a test may restart), the control consumer (``manage.py runconsumer``),
+the scheduler (``manage.py runscheduler``) and device workers started the documented way."""
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from workers.testing import REPO, RedisServer, start_worker, stop_process
+from workers.testing import REPO, PostgresServer, RedisServer, start_worker, stop_process
 
 
 @pytest.fixture
@@ -54,6 +55,9 @@ class Stack:
     def consumer(self, lost_after_s: float = 5.0) -> subprocess.Popen:
         return self.manage("runconsumer", "--lost-after", str(lost_after_s), log="consumer.log")
 
+    def scheduler(self, *args: str, log: str = "scheduler.log") -> subprocess.Popen:
+        return self.manage("runscheduler", *args, log=log)
+
     def worker(self, *args: str, log: str = "worker.log") -> subprocess.Popen:
         proc = start_worker(list(args), self.env, self.tmp / log)
         self.procs.append(proc)
@@ -90,3 +94,27 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.25):
 @pytest.fixture
 def waiter():
     return wait_for
+
+
+@pytest.fixture
+def private_postgres(transactional_db, stack_env):
+    """A private PostgreSQL cluster holding a copy of the (migrated, empty) test database, used by this test's
+    own ORM connection and its subprocesses (``stack_env["DATABASE_URL"]``); the test may restart it. The
+    shared server is never touched beyond a ``pg_dump`` of the test database."""
+    db = connection.settings_dict
+    with PostgresServer() as pg:
+        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c",
+                        "CREATE DATABASE zico"], check=True, capture_output=True)
+        dump = subprocess.run(["pg_dump", "-h", db["HOST"], "-p", str(db["PORT"] or 5432), "-U", db["USER"],
+                               "--no-owner", db["NAME"]], check=True, capture_output=True)
+        subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(pg.port), "-U",
+                        "postgres", "-d", "zico"], input=dump.stdout, check=True, capture_output=True)
+        saved = {k: db[k] for k in ("HOST", "PORT", "NAME")}
+        connection.close()
+        db.update(HOST="127.0.0.1", PORT=str(pg.port), NAME="zico")
+        stack_env["DATABASE_URL"] = pg.url("zico")
+        try:
+            yield pg
+        finally:
+            connection.close()
+            db.update(saved)

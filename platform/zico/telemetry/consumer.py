@@ -11,6 +11,14 @@ Both streams are read through the consumer group ``control`` and a message is ac
 was handled, so a consumer killed mid-batch re-reads its pending messages on restart. A Redis outage is
 waited out (the loop reconnects, recreates the group if Redis lost it, and grants workers a fresh heartbeat
 grace period); it never ends the process.
+
+Note [Database outages]
+    A PostgreSQL restart or outage is waited out as well: a ``django.db.Error`` in a step drops the
+    connection (the next step opens a new one), keeps the downsampled points that were not stored (retried
+    first, at most ``UNSTORED_MAX``), and re-reads this consumer's pending (un-acked) messages, so a
+    lifecycle message or sample read during the outage is handled once the database is back. Nothing is
+    lost while Redis keeps the streams; workers never see the outage (they do not use the database), and
+    heartbeats get a fresh grace period on recovery so a long outage never reads as dead workers.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import socket
 import time
 
 import redis
-from django.db import close_old_connections
+from django.db import Error as DatabaseError, close_old_connections, connection
 
 from zico.cluster.models import Device, Placement
 from zico.jobs.transitions import JobStatus as S
@@ -33,6 +41,7 @@ from .models import prune
 
 log = logging.getLogger(__name__)
 STREAMS = (keys.CONTROL_STREAM, keys.TELEMETRY_STREAM)
+UNSTORED_MAX = 100_000  # downsampled points kept for retry while the database is down
 
 
 class ControlConsumer:
@@ -48,6 +57,8 @@ class ControlConsumer:
         self.devices: dict = {}
         self._stopping = False
         self._redis_down_since: float | None = None
+        self._db_down_since: float | None = None
+        self._unstored: list = []  # points whose insert failed (database down), retried first
         self._next_tick = 0.0
         self._next_prune = 0.0
         self._pending_first = True  # re-read our own un-acked messages once after (re)start
@@ -86,12 +97,34 @@ class ControlConsumer:
                 log.warning("Redis reachable again after %.1f s", time.monotonic() - self._redis_down_since)
                 self._redis_down_since = None
                 self.liveness.grace()
+            if self._db_down_since is not None and self._store_pending():
+                log.warning("database reachable again after %.1f s; pending messages handled",
+                            time.monotonic() - self._db_down_since)
+                self._db_down_since = None
+                self.liveness.grace()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if self._redis_down_since is None:
                 self._redis_down_since = time.monotonic()
                 log.warning("Redis unreachable (%s); retrying", exc)
             self._groups_ok = False
             time.sleep(0.5)
+        except DatabaseError as exc:  # Note [Database outages]
+            if self._db_down_since is None:
+                self._db_down_since = time.monotonic()
+                log.warning("database unreachable (%s); retrying, messages stay pending in Redis",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            try:
+                connection.close()  # the next step opens a fresh connection
+            except DatabaseError:
+                pass
+            self._pending_first = True  # re-read what was read but not acked
+            time.sleep(0.5)
+
+    def _store_pending(self) -> bool:
+        """Store the points kept from the outage; True once none is left (raises DatabaseError if still down)."""
+        connection.ensure_connection()
+        self._store([])
+        return not self._unstored
 
     _groups_ok = False
 
@@ -152,8 +185,15 @@ class ControlConsumer:
         self.redis.xack(keys.TELEMETRY_STREAM, keys.CONTROL_GROUP, *[i for i, _ in entries])
 
     def _store(self, points) -> None:
-        if points:
+        points = self._unstored + list(points)
+        self._unstored = []
+        if not points:
+            return
+        try:
             self.stored += handlers.store_points(points, self.devices)
+        except DatabaseError:
+            self._unstored = points[-UNSTORED_MAX:]
+            raise
 
     # -- periodic work ------------------------------------------------------------------------------
     def tick(self) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from placement.policies import FirstFitFifo, MemoryAware
 from zico.scheduling.service import Scheduler
@@ -48,15 +48,26 @@ class Command(BaseCommand):
         scheduler = Scheduler(POLICIES[policy]())
         self.stdout.write(f"scheduler ready: policy {policy}, a round every {interval:g} s", ending="\n")
         self.stdout.flush()
-        done = 0
+        done, db_down_since = 0, None
         while not stop.is_set() and (rounds is None or done < rounds):
             close_old_connections()
             t0 = time.monotonic()
             try:
                 res = scheduler.run_round()
-            except Exception:  # a database hiccup: log it, try again next round
+            except (OperationalError, InterfaceError) as exc:  # database down or restarting: wait it out
+                if db_down_since is None:
+                    db_down_since = time.monotonic()
+                    log.warning("database unreachable, rounds paused: %s", str(exc).strip().splitlines()[0])
+            except Exception:  # anything else: log it, try again next round
                 log.exception("scheduling round failed")
             else:
+                if db_down_since is not None:
+                    log.warning("database reachable again after %.1f s; rounds resumed",
+                                time.monotonic() - db_down_since)
+                    db_down_since = None
+                if res.resent:
+                    self.stdout.write(f"start: resent the device tasks of {len(res.resent)} job(s) left placed "
+                                      f"or profiling by a previous scheduler: {res.resent}")
                 if res.placed or res.profiling or res.ready or res.failed:
                     steps = ", ".join(f"{k} {v:.3f}" for k, v in res.timings.items())
                     self.stdout.write(f"round: placed {len(res.placed)}, profiling {len(res.profiling)}, "
