@@ -1,4 +1,4 @@
-"""The job status machine: the one table of legal moves and the one function that makes them.
+"""The job status machine: the one table of legal moves and the one write that makes them (_write_moves).
 
 Note [Job status machine]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -98,8 +98,8 @@ _MOVED_FIELDS = ("status", "status_changed_at", "attempts", "started_at", "lost_
 
 def transition(job, to: str, *, reason: str = "", actor=None, device=None,
                metrics: dict[str, Any] | None = None, **details: Any):
-    """Move ``job`` to status ``to`` and record a ``status_change`` Event, atomically: a one-job
-    :func:`transition_many` (the one place that writes a move), plus the ``metrics`` merge.
+    """Move ``job`` to status ``to`` and record a ``status_change`` Event, atomically: the write
+    of :func:`transition_many` for one job, plus the ``metrics`` merge.
 
     Args:
         job: a Job instance (its in-memory fields are refreshed from the moved row).
@@ -120,8 +120,8 @@ def transition(job, to: str, *, reason: str = "", actor=None, device=None,
 
     _check_target(to, reason)
     with transaction.atomic():
-        transition_many([job], to, reason=reason, actor=actor, device=device, details_by_job={job.pk: details})
-        row = Job.objects.only(*_MOVED_FIELDS).get(pk=job.pk)  # still locked by transition_many
+        _write_moves([job], to, reason, actor, {job.pk: device}, {job.pk: details})
+        row = Job.objects.only(*_MOVED_FIELDS).get(pk=job.pk)  # still locked by _write_moves
         if metrics:
             row.metrics = {**(row.metrics or {}), **metrics}
             Job.objects.filter(pk=row.pk).update(metrics=row.metrics)
@@ -151,15 +151,15 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
                     details_by_job: dict[int, dict[str, Any]] | None = None,
                     devices_by_job: dict[int, Any] | None = None):
     """Move every job of ``jobs`` to status ``to`` at once, or none of them: the bulk form of
-    :func:`transition` (which calls it for one job), with one ``status_change`` Event per job.
+    :func:`transition`, with the same write (one ``status_change`` Event per job).
 
     A fixed number of queries whatever the number of jobs: the rows are locked and read
     (``SELECT … FOR UPDATE``, in id order), every current status is checked against the table,
     then one conditional ``UPDATE … WHERE id IN (…) AND status IN (<statuses that may move to
     to>)`` whose row count must equal the number of jobs, and one bulk insert of the Events. The
-    side effects per target, written here only: ``running``: attempts + 1 and started_at kept or
-    set; ``lost``: lost_count + 1; terminal: finished_at; ``failed``: failure_reason. There is no
-    ``metrics`` merge here (:func:`transition` has it).
+    side effects per target: ``running``: attempts + 1 and started_at kept or set; ``lost``:
+    lost_count + 1; terminal: finished_at; ``failed``: failure_reason. There is no ``metrics``
+    merge here (:func:`transition` has it).
 
     Args:
         jobs: Job instances (distinct; their in-memory fields are updated like transition's).
@@ -176,10 +176,7 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
             ``to`` (the first such job in id order is named); nothing is written.
         ValueError: unknown target status, ``failed`` without a reason, or a job listed twice.
     """
-    from django.db.models import F
-    from django.db.models.functions import Coalesce
-
-    from .models import Event, Job
+    from .models import Job
 
     _check_target(to, reason)
     jobs = list(jobs)
@@ -188,37 +185,11 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
         raise ValueError("jobs: a job is listed more than once")
     if not jobs:
         return jobs
-    may_move = [s for s, targets in TRANSITIONS.items() if to in targets]
-    details_by_job, devices_by_job = details_by_job or {}, devices_by_job or {}
-    if actor is not None and not getattr(actor, "is_authenticated", False):
-        actor = None  # as Event.record: anonymous means the system
+    devices = {j.pk: (devices_by_job or {}).get(j.pk, device) for j in jobs}
     with transaction.atomic():
-        rows = dict(Job.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-                    .values_list("pk", "status"))
-        for pk in sorted(ids):
-            if not is_allowed(rows.get(pk, "missing"), to):
-                raise IllegalTransition(pk, rows.get(pk, "missing"), to)
-        now = timezone.now()
-        fields: dict[str, Any] = {"status": to, "status_changed_at": now, "updated_at": now}
-        if to == S.RUNNING:
-            fields.update(attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now))
-        elif to == S.LOST:
-            fields["lost_count"] = F("lost_count") + 1
-        if to in TERMINAL:
-            fields["finished_at"] = now
-        if to == S.FAILED:
-            fields["failure_reason"] = reason
-        changed = Job.objects.filter(pk__in=ids, status__in=may_move).update(**fields)
-        if changed != len(ids):  # cannot happen under the row locks; never write a partial move
-            raise IllegalTransition(ids[0], rows.get(ids[0], "missing"), to)
-        Event.objects.bulk_create([
-            Event(kind=Event.Kind.STATUS_CHANGE, time=now, job_id=j.pk, tenant_id=j.tenant_id,
-                  actor_id=actor and actor.pk, device_id=getattr(devices_by_job.get(j.pk, device), "pk", None),
-                  details={"reason": reason, "from": rows[j.pk], "to": to, **details_by_job.get(j.pk, {})})
-            for j in jobs])
+        now = _write_moves(jobs, to, reason, actor, devices, details_by_job or {})
         fresh = {r.pk: r for r in Job.objects.filter(pk__in=ids).only(
-            "status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
-            "failure_reason", "updated_at")} if to in (S.RUNNING, S.LOST) else {}
+            "attempts", "started_at", "lost_count")} if to in (S.RUNNING, S.LOST) else {}
     for job in jobs:
         job.status, job.status_changed_at, job.updated_at = to, now, now
         if to in TERMINAL:
@@ -229,3 +200,42 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
             for f in ("attempts", "started_at", "lost_count"):
                 setattr(job, f, getattr(fresh[job.pk], f))
     return jobs
+
+
+def _write_moves(jobs: list, to: str, reason: str, actor, device_by_job: dict, details_by_job: dict):
+    """The one write of a move (see :func:`transition_many`), inside the caller's transaction:
+    lock and check every row, one conditional UPDATE with the per-status side effects, one
+    ``status_change`` Event per job. ``jobs`` are distinct and ``to``/``reason`` already checked.
+    Returns the time of the move; raises IllegalTransition before writing anything."""
+    from django.db.models import F
+    from django.db.models.functions import Coalesce
+
+    from .models import Event, Job
+
+    ids = [j.pk for j in jobs]
+    may_move = [s for s, targets in TRANSITIONS.items() if to in targets]
+    if actor is not None and not getattr(actor, "is_authenticated", False):
+        actor = None  # as Event.record: anonymous means the system
+    rows = dict(Job.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", "status"))
+    for pk in sorted(ids):
+        if not is_allowed(rows.get(pk, "missing"), to):
+            raise IllegalTransition(pk, rows.get(pk, "missing"), to)
+    now = timezone.now()
+    fields: dict[str, Any] = {"status": to, "status_changed_at": now, "updated_at": now}
+    if to == S.RUNNING:
+        fields.update(attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now))
+    elif to == S.LOST:
+        fields["lost_count"] = F("lost_count") + 1
+    if to in TERMINAL:
+        fields["finished_at"] = now
+    if to == S.FAILED:
+        fields["failure_reason"] = reason
+    changed = Job.objects.filter(pk__in=ids, status__in=may_move).update(**fields)
+    if changed != len(ids):  # cannot happen under the row locks; never write a partial move
+        raise IllegalTransition(ids[0], rows.get(ids[0], "missing"), to)
+    Event.objects.bulk_create([
+        Event(kind=Event.Kind.STATUS_CHANGE, time=now, job_id=j.pk, tenant_id=j.tenant_id,
+              actor_id=actor and actor.pk, device_id=getattr(device_by_job.get(j.pk), "pk", None),
+              details={"reason": reason, "from": rows[j.pk], "to": to, **details_by_job.get(j.pk, {})})
+        for j in jobs])
+    return now
