@@ -2,6 +2,9 @@
 
 One round:
 
+0. on a scheduler process's first round, resends the tasks of jobs a previous process left
+   ``placed`` or ``profiling`` (it may have died between a commit and its send; see
+   Note [Scheduler restarts] in zico.scheduling.recovery);
 1. takes the cluster-wide scheduling lock (a PostgreSQL session advisory lock), so two
    scheduler processes never decide on the same state at once; a second instance skips its
    round while the first holds it (a crashed holder's lock goes with its session);
@@ -34,6 +37,7 @@ from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
+from .recovery import unsent_tasks
 from .snapshot import take_snapshot
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,7 @@ class RoundResult:
     profiling: list[int] = field(default_factory=list)      # queued -> profiling (task sent)
     failed: list[int] = field(default_factory=list)         # ready -> failed (fits no device)
     placed: dict[int, int] = field(default_factory=dict)    # job id -> placement id
+    resent: list[int] = field(default_factory=list)         # jobs whose task was resent (first round only)
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step: advance, snapshot, decide, write, send
@@ -104,6 +109,7 @@ class Scheduler:
 
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or MemoryAware()
+        self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
@@ -115,6 +121,14 @@ class Scheduler:
             res.skipped = True
             return res
         try:
+            if not self.recovered:
+                with transaction.atomic():
+                    res.outbox = unsent_tasks(RUN_TASK, PROFILE_TASK)
+                wanted = len(res.outbox)
+                self._flush(res)
+                res.resent = [job_id for _, job_id, _ in res.sent]
+                self.recovered = len(res.resent) == wanted  # a failed send is retried next round
+                clock("recover")
             with transaction.atomic():
                 self._advance_queued(res)
             clock("advance")
