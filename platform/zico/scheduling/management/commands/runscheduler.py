@@ -6,6 +6,11 @@ Runs a scheduling round (zico.scheduling.service) every ``--interval`` seconds u
 SIGINT, which end it cleanly after the round in progress. Several instances may run at once:
 the round lock makes them take turns and Placement.open's conditional claim keeps any job from
 being placed twice.
+
+A new process resends the tasks of jobs left ``placed`` or ``profiling`` on its first round, and
+again whenever the broker's Redis restarted (its ``run_id`` changed: a Redis without persistence
+comes back empty, without the tasks no worker had taken yet); see Note [Scheduler restarts] in
+zico.scheduling.recovery.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import signal
 import threading
 import time
 
+import redis
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections
 
@@ -49,8 +56,16 @@ class Command(BaseCommand):
         self.stdout.write(f"scheduler ready: policy {policy}, a round every {interval:g} s", ending="\n")
         self.stdout.flush()
         done, db_down_since = 0, None
+        broker = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
+        broker_run = _run_id(broker)
         while not stop.is_set() and (rounds is None or done < rounds):
             close_old_connections()
+            run = _run_id(broker)
+            if run is not None and broker_run is not None and run != broker_run:
+                log.warning("the broker's Redis restarted (run_id changed); resending the tasks of placed and "
+                            "profiling jobs")
+                scheduler.recovered = False
+            broker_run = run or broker_run
             t0 = time.monotonic()
             try:
                 res = scheduler.run_round()
@@ -76,3 +91,11 @@ class Command(BaseCommand):
             done += 1
             stop.wait(interval)
         self.stdout.write("scheduler stopped")
+
+
+def _run_id(broker: redis.Redis) -> str | None:
+    """The broker Redis server's ``run_id`` (new at every server start), or None while it is unreachable."""
+    try:
+        return str(broker.info("server").get("run_id")) or None
+    except redis.RedisError:
+        return None
