@@ -91,8 +91,9 @@ class PostgresServer:
     in a temporary directory, run with ``pg_ctl``; removed by :meth:`cleanup` (or the context manager).
 
     As root (initdb refuses to run as root) the cluster is created and run as the ``postgres`` system user
-    through ``runuser``. ``fsync=off`` (safe against a server crash, not an OS crash): it is a test cluster. Raises RuntimeError if the binaries are missing
-    or a ``pg_ctl``/``initdb`` step fails (the message holds the tool's output).
+    through ``runuser``. ``fsync=off`` (safe against a server crash, not an OS crash): it is a test cluster.
+    Raises RuntimeError if the binaries are missing or a ``pg_ctl``/``initdb`` step fails (the message holds
+    the tool's output).
     """
 
     def __init__(self, port: int | None = None, bin_dir: Path | None = None):

@@ -17,7 +17,7 @@ from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-LONG = {"iterations": 300, "batch_size": 256, "image_size": 32}  # outlasts the restart on a fast machine too
+LONG = {"iterations": 400, "batch_size": 256, "image_size": 32}  # outlasts the restart on a fast machine too
 SHORT = {"iterations": 40, "batch_size": 128, "image_size": 32}
 
 
@@ -46,7 +46,7 @@ def test_a_postgres_restart_is_waited_out_and_nothing_is_lost(private_postgres, 
            "a timeline point of the first job after the restart")
     stored_again = time.time() - up_at
     for job, params in ((first, LONG), (second, SHORT)):
-        waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "cancelled"), 240,
+        waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "cancelled"), 420,
                f"job {job.pk} to end")
         job.refresh_from_db()
         assert job.status == "succeeded", (job.pk, job.status, job.failure_reason)

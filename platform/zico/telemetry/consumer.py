@@ -13,12 +13,14 @@ waited out (the loop reconnects, recreates the group if Redis lost it, and grant
 grace period); it never ends the process.
 
 Note [Database outages]
-    A PostgreSQL restart or outage is waited out as well: a ``django.db.Error`` in a step drops the
-    connection (the next step opens a new one), keeps the downsampled points that were not stored (retried
+    A PostgreSQL restart or outage is waited out as well: an OperationalError or InterfaceError in a step
+    drops the connection (the next step opens a new one), keeps the downsampled points that were not stored (retried
     first, at most ``UNSTORED_MAX``), and re-reads this consumer's pending (un-acked) messages, so a
     lifecycle message or sample read during the outage is handled once the database is back. Nothing is
     lost while Redis keeps the streams; workers never see the outage (they do not use the database), and
     heartbeats get a fresh grace period on recovery so a long outage never reads as dead workers.
+    Any other database error is about the message, not the database (a value out of range, a constraint):
+    that message, or that batch of points, is logged and dropped, so one bad message cannot block the stream.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import socket
 import time
 
 import redis
-from django.db import Error as DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 from zico.cluster.models import Device, Placement
 from zico.jobs.transitions import JobStatus as S
@@ -42,6 +44,7 @@ from .models import prune
 log = logging.getLogger(__name__)
 STREAMS = (keys.CONTROL_STREAM, keys.TELEMETRY_STREAM)
 UNSTORED_MAX = 100_000  # downsampled points kept for retry while the database is down
+DB_DOWN = (OperationalError, InterfaceError)  # the database is unreachable or restarting: wait, retry
 
 
 class ControlConsumer:
@@ -108,20 +111,20 @@ class ControlConsumer:
                 log.warning("Redis unreachable (%s); retrying", exc)
             self._groups_ok = False
             time.sleep(0.5)
-        except DatabaseError as exc:  # Note [Database outages]
+        except DB_DOWN as exc:  # Note [Database outages]
             if self._db_down_since is None:
                 self._db_down_since = time.monotonic()
                 log.warning("database unreachable (%s); retrying, messages stay pending in Redis",
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             try:
                 connection.close()  # the next step opens a fresh connection
-            except DatabaseError:
+            except DB_DOWN:
                 pass
             self._pending_first = True  # re-read what was read but not acked
             time.sleep(0.5)
 
     def _store_pending(self) -> bool:
-        """Store the points kept from the outage; True once none is left (raises DatabaseError if still down)."""
+        """Store the points kept from the outage; True once none is left (raises OperationalError if still down)."""
         connection.ensure_connection()
         self._store([])
         return not self._unstored
@@ -174,7 +177,9 @@ class ControlConsumer:
             if msg is not None:
                 try:
                     handlers.handle(msg, self.redis)
-                except (KeyError, ValueError, TypeError) as exc:
+                except DB_DOWN:
+                    raise  # left un-acked: handled after the outage
+                except (KeyError, ValueError, TypeError, DatabaseError) as exc:
                     log.warning("dropping malformed control message %r: %s", msg, exc)
                 self.handled += 1
             self.redis.xack(keys.CONTROL_STREAM, keys.CONTROL_GROUP, msg_id)
@@ -191,9 +196,11 @@ class ControlConsumer:
             return
         try:
             self.stored += handlers.store_points(points, self.devices)
-        except DatabaseError:
+        except DB_DOWN:
             self._unstored = points[-UNSTORED_MAX:]
             raise
+        except DatabaseError:
+            log.exception("dropping %d timeline points the database refused", len(points))
 
     # -- periodic work ------------------------------------------------------------------------------
     def tick(self) -> None:
