@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from zico.cluster.models import Device, Placement
-from zico.jobs.models import Job
+from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico.telemetry.models import TimelinePoint
 from zico.tenants.models import Role, Tenant
@@ -65,5 +65,7 @@ def test_a_postgres_restart_is_waited_out_and_nothing_is_lost(private_postgres, 
     outage = re.search(r"database reachable again after ([\d.]+) s", log)
     assert outage, log[-2000:]
     assert "Traceback" not in log
+    recorded = Event.objects.filter(kind=Event.Kind.OUTAGE, details__service="database").get()
+    assert 2.0 <= recorded.details["seconds"] <= 120 and down_at - 5 <= recorded.details["start"] <= up_at
     print(f"\npostgres down {up_at - down_at:.1f} s; consumer outage {outage.group(1)} s; "
           f"first timeline point after it {stored_again:.1f} s after the restart")

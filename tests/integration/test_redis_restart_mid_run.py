@@ -7,7 +7,7 @@ from celery import Celery
 from django.contrib.auth import get_user_model
 
 from zico.cluster.models import Device, Placement
-from zico.jobs.models import Job
+from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico.queues import cpu_queue
 from zico.telemetry.models import TelemetryGap, TimelinePoint
@@ -52,6 +52,9 @@ def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_s
     # the device series resumed too
     assert TimelinePoint.objects.filter(device=device, job=None, second__gt=int(restarted_at) + 1).exists()
     assert worker.poll() is None and consumer.poll() is None  # nothing crashed
+    recorded = waiter(lambda: Event.objects.filter(kind=Event.Kind.OUTAGE, details__service="redis").first(), 60,
+                      "the consumer's outage event")
+    assert 2.0 <= recorded.details["seconds"] <= 120
     # the worker reconnected to the broker: it still takes new tasks
     facts = client.send_task("zico.device.describe", queue=cpu_queue(stack.host)).get(timeout=120)
     assert facts["pid"] == worker.pid

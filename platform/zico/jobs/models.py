@@ -166,6 +166,7 @@ class Event(models.Model):
         ROLE_CHANGE = "role_change", "Role change"
         QUOTA_CHANGE = "quota_change", "Quota change"
         TENANT_CHANGE = "tenant_change", "Tenant settings change"
+        OUTAGE = "outage", "Service outage"  # Redis or the database unreachable, recorded once it is back
 
     time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
     kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)

@@ -34,6 +34,7 @@ import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connection
 
 from zico.cluster.models import Device, Placement
+from zico.jobs.models import Event
 from zico.jobs.transitions import JobStatus as S
 
 from . import handlers, keys
@@ -98,11 +99,13 @@ class ControlConsumer:
                 self.tick()
             if self._redis_down_since is not None:
                 log.warning("Redis reachable again after %.1f s", time.monotonic() - self._redis_down_since)
+                self._record_outage("redis", self._redis_down_since)
                 self._redis_down_since = None
                 self.liveness.grace()
             if self._db_down_since is not None and self._store_pending():
                 log.warning("database reachable again after %.1f s; pending messages handled",
                             time.monotonic() - self._db_down_since)
+                self._record_outage("database", self._db_down_since)
                 self._db_down_since = None
                 self.liveness.grace()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -122,6 +125,13 @@ class ControlConsumer:
                 pass
             self._pending_first = True  # re-read what was read but not acked
             time.sleep(0.5)
+
+    def _record_outage(self, service: str, since_monotonic: float) -> None:
+        """Write one ``outage`` Event for a Redis or database outage that just ended (seconds, wall times)."""
+        seconds = time.monotonic() - since_monotonic
+        end = time.time()
+        Event.record(Event.Kind.OUTAGE, service=service, seconds=round(seconds, 2),
+                     start=round(end - seconds, 3), end=round(end, 3), seen_by=f"control consumer {self.name}")
 
     def _store_pending(self) -> bool:
         """Store the points kept from the outage; True once none is left (raises OperationalError if still down)."""
