@@ -7,7 +7,7 @@ import os
 
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/zico")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")  # not db 0: the demo and default settings use that
 # Rate limits out of the way of the rest of the suite (personas reuse usernames, every client is
 # 127.0.0.1); tests/security sets the rates it tests explicitly (override_settings(RATE_LIMITS=...)).
 for _var in ("ZICO_RATE_SIGNIN_IP", "ZICO_RATE_SIGNIN_USER", "ZICO_RATE_API", "ZICO_RATE_API_BAD_TOKEN",

@@ -1,8 +1,7 @@
 """Fixtures for telemetry tests: a clean Redis database of this lane's own, and a job on a device."""
-import os
-
 import pytest
 import redis as redis_lib
+from django.conf import settings
 
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Job
@@ -11,7 +10,7 @@ from zico.tenants.models import Tenant
 
 @pytest.fixture
 def redis_url():
-    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    return settings.REDIS_URL  # the test Redis db (zico.test_settings), never the demo's
 
 
 @pytest.fixture

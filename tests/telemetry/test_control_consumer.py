@@ -190,3 +190,34 @@ def test_retention_prunes_old_points(tenant, settings, make_device):
                                      reserved_bytes=1)
     assert prune(now) == 1
     assert TimelinePoint.objects.count() == 1
+
+
+def test_the_consumer_survives_its_streams_being_deleted_while_it_waits(redis_url, r, tenant, make_device):
+    """FLUSHDB (or a DEL) while XREADGROUP blocks answers 'UNBLOCKED the stream key no longer exists': the consumer
+    recreates its groups and keeps storing samples instead of exiting."""
+    import threading
+
+    make_device()
+    consumer = ControlConsumer(redis_url, name="test-unblocked", block_ms=2000)
+    consumer.step()  # groups exist; the next read blocks for up to 2 s
+    errors = []
+
+    def step():
+        try:
+            consumer.step()
+        except Exception as exc:  # noqa: BLE001 — the assertion below names it
+            errors.append(exc)
+
+    blocked = threading.Thread(target=step)
+    blocked.start()
+    time.sleep(0.3)
+    r.delete(keys.TELEMETRY_STREAM, keys.CONTROL_STREAM)
+    blocked.join(timeout=10)
+    assert not blocked.is_alive() and errors == []
+    t = time.time() - 5
+    Link(redis_url, DEV).publish_samples([{"job": None, "device": DEV, "t": t, "allocated": 1 << 20,
+                                           "reserved": 2 << 20, "device_used": 2 << 20, "budget": 3 << 30}])
+    for _ in range(10):
+        consumer.step()
+    consumer._store(consumer.downsampler.flush(time.time() + 60))
+    assert TimelinePoint.objects.filter(device__node__host="h1", job=None, reserved_bytes=2 << 20).exists()

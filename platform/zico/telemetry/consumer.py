@@ -159,7 +159,9 @@ class ControlConsumer:
             reply = self.redis.xreadgroup(keys.CONTROL_GROUP, self.name, ids, count=500,
                                           block=None if self._pending_first else self.block_ms)
         except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc):  # Redis restarted without its data
+            # NOGROUP: Redis restarted without its data; UNBLOCKED: the stream was deleted (e.g. FLUSHDB) while we
+            # waited on it. Either way, recreate the groups and read again.
+            if "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc):
                 self._groups_ok = False
                 return
             raise
