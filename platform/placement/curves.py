@@ -157,17 +157,29 @@ def curve_from_dict(d: Any) -> MemoryCurve:
 
 
 def load_curve(path_or_text: str | Path) -> MemoryCurve:
-    """Load a curve from a JSON file path or a JSON string. Raises CurveError."""
+    """Load a curve from a JSON file path or a JSON string (one starting with ``{``).
+
+    Raises:
+        CurveError: naming the file when it cannot be read, is not UTF-8 text (a binary file), is not
+            valid JSON, nests too deep for the JSON decoder (RecursionError), or is not a valid curve.
+    """
     text = str(path_or_text)
+    where = "curve"
     if not text.lstrip().startswith("{"):
+        where = f"curve file {path_or_text}"
         try:
-            text = Path(path_or_text).read_text()
+            text = Path(path_or_text).read_text(encoding="utf-8")
         except OSError as exc:
-            raise CurveError(f"curve file {path_or_text}: {exc.strerror or exc}") from exc
+            raise CurveError(f"{where}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError:
+            raise CurveError(f"{where}: not a JSON curve (not UTF-8 text; a binary file?)") from None
     try:
-        return curve_from_dict(json.loads(text))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CurveError(f"curve: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        raise CurveError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError:
+        raise CurveError(f"{where}: not a JSON curve (JSON nesting too deep)") from None
+    return curve_from_dict(data)
 
 
 def _is_number(v: Any) -> bool:

@@ -143,6 +143,10 @@ REST_FRAMEWORK = {
     # Per API token (or per session user); see RATE_LIMITS below and zico/ratelimits.py.
     "DEFAULT_THROTTLE_CLASSES": ["zico.ratelimits.ApiUseThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON nested too deep is a 400, not a RecursionError 500 (zico/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["zico.api.parsers.DepthLimitedJSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
+    "EXCEPTION_HANDLER": "zico.api.errors.exception_handler",  # + JSON 413 for bodies over the size limit
     "DEFAULT_PAGINATION_CLASS": "zico.api.pagination.BoundedLimitOffsetPagination",  # limit, offset bounded
     "PAGE_SIZE": 25,  # rows per page unless ?limit= (at most 1000): small pages keep list calls cheap
 }

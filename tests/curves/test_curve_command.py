@@ -32,11 +32,12 @@ def test_import_prints_peak_persistent_and_duration_and_writes_json(path, tmp_pa
     assert f"{int(curve.peak_bytes):,} bytes" in run("show", str(target))
 
 
-def test_estimate_prints_a_summary_and_json_to_stdout(settings, tmp_path):
+def test_estimate_prints_the_json_to_stdout_and_the_summary_to_stderr(settings, tmp_path):
     settings.ZICO_DATA_DIR = tmp_path
-    text = run("estimate", "digits-cnn", "-p", "batch_size=8", "--json", "-")
-    assert "source      estimate (cpu)" in text and "phases" in text
-    body = json.loads(text[text.index("{"):])
+    out, err = StringIO(), StringIO()
+    call_command("curve", "estimate", "digits-cnn", "-p", "batch_size=8", "--json", "-", stdout=out, stderr=err)
+    assert "source      estimate (cpu)" in err.getvalue() and "phases" in err.getvalue()  # summary: stderr
+    body = json.loads(out.getvalue())  # stdout: the JSON alone
     assert body["source"] == "estimate" and body["meta"]["params"]["batch_size"] == 8
 
 

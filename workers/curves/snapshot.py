@@ -171,7 +171,10 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
         raise SnapshotError("device_traces: expected a list of per-device event lists")
     if device is None:
         device = max(range(len(traces)), key=lambda d: len(traces[d])) if traces else 0
-    if not 0 <= device < len(traces) or not traces[device]:
+    if not 0 <= device < len(traces):
+        have = f"devices: 0..{len(traces) - 1}" if traces else "it has no device traces"
+        raise SnapshotError(f"no device {device} in the snapshot ({have})")
+    if not traces[device]:
         raise SnapshotError(f"device_traces[{device}]: no events to build a curve from")
     ranges, live_end = _segments(snap, device)
     events = traces[device]

@@ -81,16 +81,34 @@ class Command(BaseCommand):
         from workers.workloads.catalog import ParamsError, UnknownWorkload
 
         action = opts["action"]
+        if action == "list":
+            return self._list()
+        self._check_args(opts)  # before any import or run: bad arguments fail fast
         try:
-            if action == "list":
-                return self._list()
             curve = getattr(self, f"_{action}")(opts)
         except (UnknownWorkload, ParamsError, CurveError) as exc:
             raise CommandError(str(exc)) from exc
         except ValueError as exc:  # SnapshotError and other bad input
             raise CommandError(str(exc)) from exc
-        self._print_summary(curve)
+        # With the JSON on stdout the summary goes to stderr, so that stdout is the JSON alone.
+        self._print_summary(curve, self.stderr if opts["json_out"] == "-" else self.stdout)
         self._write(curve, opts["json_out"], opts["points"])
+
+    @staticmethod
+    def _check_args(opts: dict[str, Any]) -> None:
+        """Raise CommandError for --points < 1, a negative --device-index, or a --json path that cannot be
+        written (its folder missing, or the path a folder)."""
+        if opts.get("points") is not None and opts["points"] < 1:
+            raise CommandError(f"--points: must be >= 1, got {opts['points']}")
+        if opts.get("device_index") is not None and opts["device_index"] < 0:
+            raise CommandError(f"--device-index: must be >= 0, got {opts['device_index']}")
+        out = opts.get("json_out")
+        if out not in (None, "-"):
+            target = Path(out)
+            if target.is_dir():
+                raise CommandError(f"--json {out}: is a directory; give a file path")
+            if not target.parent.is_dir():
+                raise CommandError(f"--json {out}: no such directory {target.parent}")
 
     # -- actions --------------------------------------------------------------------------
     def _list(self) -> None:
@@ -125,7 +143,7 @@ class Command(BaseCommand):
         return load_curve(opts["curve"])
 
     # -- output ---------------------------------------------------------------------------
-    def _print_summary(self, curve) -> None:
+    def _print_summary(self, curve, stream) -> None:
         from placement.curves import summary
 
         s = summary(curve)
@@ -144,20 +162,21 @@ class Command(BaseCommand):
         for key in ("workload", "window", "events", "estimate_s", "profile_s", "iterations_averaged"):
             if key in curve.meta:
                 lines.append(f"{key:11s} {curve.meta[key]}")
-        self.stdout.write("\n".join(lines))
+        stream.write("\n".join(lines))
 
     def _write(self, curve, path: str | None, points: int | None) -> None:
         from placement.curves import resampled_curve
 
         if points is not None:
-            if points < 1:
-                raise CommandError(f"--points: must be >= 1, got {points}")
             curve = resampled_curve(curve, points)
         if path is None:
             return
         text = curve.to_json()
         if path == "-":
             self.stdout.write(text)
-        else:
+            return
+        try:
             Path(path).write_text(text)
-            self.stderr.write(f"wrote {path}")
+        except OSError as exc:
+            raise CommandError(f"--json {path}: cannot write: {exc.strerror or exc}") from exc
+        self.stderr.write(f"wrote {path}")
