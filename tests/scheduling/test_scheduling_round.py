@@ -72,6 +72,18 @@ def test_a_job_no_device_could_hold_fails_with_the_reason(cluster, tenant, make_
     assert job.status == "failed" and "exceeds the largest device budget" in job.failure_reason
 
 
+def test_a_job_whose_peak_exceeds_its_own_budget_fails_with_both_figures(cluster, tenant, make_job, queued_messages):
+    over, within = make_job(tenant), make_job(tenant)  # 10 GiB peaks
+    Job.objects.filter(pk=over.pk).update(budget_bytes=8 * GiB)
+    Job.objects.filter(pk=within.pk).update(budget_bytes=12 * GiB)
+    res = Scheduler().run_round()
+    assert res.failed == [over.pk] and list(res.placed) == [within.pk]
+    over.refresh_from_db()
+    assert over.status == "failed"
+    assert f"exceeds its own budget of {8 * GiB} bytes" in over.failure_reason
+    assert str(10 * GiB) in over.failure_reason
+
+
 def test_a_cancelled_job_is_not_placed(cluster, tenant, make_job, queued_messages):
     keep, gone = make_job(tenant), make_job(tenant)
     gone.transition("cancelled")

@@ -111,8 +111,8 @@ def take_snapshot(now=None) -> Snapshot:
 
     Devices: online, budget > 0, with every job placed or running on them (a device with such
     a job lacking a usable curve is left out: its memory use is unknown). Queued: ``ready``
-    jobs with a curve; a ready job whose peak exceeds every registered device's budget is listed
-    in ``unplaceable`` instead.
+    jobs with a curve; a ready job whose peak exceeds its own ``budget_bytes`` or every registered
+    device's budget is listed in ``unplaceable`` instead (the round fails it with that reason).
     """
     now = now or timezone.now()
     usage = _usage(now)
@@ -147,6 +147,12 @@ def take_snapshot(now=None) -> Snapshot:
             continue
         js = _job_state(job, curves[job.pk])
         if js is None:
+            continue
+        if job.budget_bytes is not None and js.peak_bytes > job.budget_bytes:
+            # The job's own budget is the most bytes it may hold; a curve that needs more would be held back or
+            # refused at every iteration, so the job ends now with the figures instead of running into it.
+            snap.unplaceable.append((job, f"its memory peak of {int(js.peak_bytes)} bytes exceeds its own budget of "
+                                          f"{job.budget_bytes} bytes (raise budget_bytes or shrink the batch)"))
             continue
         if all_budgets and js.peak_bytes > largest:
             snap.unplaceable.append((job, f"its memory peak of {int(js.peak_bytes)} bytes exceeds the largest "
