@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI files for /api/docs/, served locally (SWAGGER_UI_DIST below)
     "zico.tenants",
     "zico.cluster",
     "zico.jobs",
@@ -155,6 +156,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit training jobs, set memory budgets, and read GPU memory telemetry.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Swagger UI from our static files (drf-spectacular-sidecar), not a CDN: works offline, pinned.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 def _positive(var: str, default: int | float, cast=int):

@@ -25,3 +25,22 @@ def test_every_signed_in_persona_reads_the_workload_catalog(client_for, personas
 
 def test_anonymous_cannot_read_the_catalog(client_for):
     assert client_for(None).get("/api/workloads/").status_code == 401
+
+
+def test_docs_page_loads_swagger_ui_from_our_own_static_files_only(client_for, personas):
+    import re
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+    from django.contrib.staticfiles import finders
+
+    html = client_for(personas.owner).get("/api/docs/").content.decode()
+    urls = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']""", html)
+    urls += re.findall(r"""["']([^"'\s]+\.(?:js|css|png))["']""", html)  # URLs assembled in inline script
+    assert any("swagger-ui" in u for u in urls), urls
+    for url in urls:
+        parts = urlsplit(url)
+        assert not parts.scheme and not parts.netloc, f"external URL on the docs page: {url}"
+        if url.endswith((".js", ".css", ".png")):
+            path = parts.path.removeprefix(settings.STATIC_URL)  # STATIC_URL is "/static/" at run time
+            assert finders.find(path), f"docs page references a static file we do not have: {url}"
