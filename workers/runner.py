@@ -40,6 +40,9 @@ class RunSpec:
         workload: catalog key, e.g. ``"digits-cnn"``.
         params: workload params (validated again here against the catalog schema).
         placement: id of the placement this run belongs to (stale runs are aborted by the web side).
+        run_token: the placement's random ``run_token`` (a UUID string). With the placement id it names this
+            run across deployments: a done record carrying another token was left by an earlier database
+            (ids restart at 1) and does not stop this run. None when the sender does not set one.
         curve: the job's memory curve (DESIGN contract) for the coordinator; None disables gating.
         plan: the placement's sharing plan (``shifts_s`` per job id, ``budget_bytes``, ...).
     """
@@ -48,6 +51,7 @@ class RunSpec:
     workload: str
     params: dict[str, Any]
     placement: int | None = None
+    run_token: str | None = None
     curve: dict[str, Any] | None = None
     plan: dict[str, Any] = field(default_factory=dict)
 
@@ -66,13 +70,16 @@ class RunSpec:
         placement = spec.get("placement", spec.get("placement_id"))
         if placement is not None and (isinstance(placement, bool) or not isinstance(placement, int)):
             raise SpecError(f"placement: expected an integer id, got {placement!r}")
+        run_token = spec.get("run_token")
+        if run_token is not None and (not isinstance(run_token, str) or not run_token):
+            raise SpecError(f"run_token: expected a non-empty string, got {run_token!r}")
         curve = spec.get("curve")
         if curve is not None and not isinstance(curve, dict):
             raise SpecError("curve: expected a memory curve object")
         plan = spec.get("plan") or {}
         if not isinstance(plan, dict):
             raise SpecError("plan: expected a JSON object")
-        return cls(job_id, workload, params, placement, curve, plan)
+        return cls(job_id, workload, params, placement, run_token, curve, plan)
 
 
 class RunMarks:
@@ -125,14 +132,18 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     ``job_finished``). Never raises for training errors; raises RuntimeError if the job already runs here."""
     link, job_id = rt.link, spec.job
     done = link.done_outcome(job_id)
-    if done and done.get("placement") == spec.placement:
+    if done and done.get("placement") == spec.placement and done.get("run_token") == spec.run_token:
         log.info("job %s placement %s already finished (%s); redelivery ignored", job_id, spec.placement,
                  done.get("status"))
         return done
+    if done:  # another placement's, or another deployment's (same ids, other token): stale, not ours
+        log.info("job %s: stale done record (placement %s, token %s) ignored and cleared", job_id,
+                 done.get("placement"), done.get("run_token"))
+        link.forget_done(job_id)
     gate = Gate(rt, spec)  # raises CurveError for a malformed curve, before anything is registered
     state = JobState(job_id=job_id, iterations=int(spec.params.get("iterations") or 0), gate=gate)
     rt.add_job(state)  # raises if this job already runs in this process
-    outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement}
+    outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()
     try:
         outcome.update(_train(rt, spec, state, gate, t_setup))

@@ -45,6 +45,9 @@ def test_ready_jobs_are_placed_with_a_plan_and_their_run_tasks_go_to_the_device_
         assert spec["placement"] == res.placed[job_id]
         assert curve_from_dict(spec["curve"]).peak_bytes == pytest.approx(10 * GiB, rel=1e-6)
         assert spec["plan"]["budget_bytes"] == 16 * GiB
+        assert spec["run_token"] == str(placements.get(pk=spec["placement"]).run_token)
+    # every placement has its own token: a done record of one run never matches another's
+    assert len({p.run_token for p in placements}) == placements.count()
 
 
 def test_a_second_round_places_nothing_twice(cluster, tenant, make_job, queued_messages):
@@ -90,3 +93,17 @@ def test_a_cancelled_job_is_not_placed(cluster, tenant, make_job, queued_message
     res = Scheduler().run_round()
     assert list(res.placed) == [keep.pk]
     assert Event.objects.filter(kind="placement").count() == 1
+
+
+def test_a_resent_run_task_carries_the_same_run_token_as_the_first(cluster, tenant, make_job, queued_messages):
+    from zico.scheduling.recovery import unsent_tasks
+    from zico.scheduling.service import PROFILE_TASK, RUN_TASK
+
+    jobs = [make_job(tenant) for _ in range(2)]
+    Scheduler().run_round()
+    first = {args[0]: args[1] for d in cluster for _, args in queued_messages(d.queue)}
+    resent = {job_id: args[1] for _, job_id, _, args in unsent_tasks(RUN_TASK, PROFILE_TASK)}
+    assert sorted(resent) == sorted(first) == sorted(j.pk for j in jobs)
+    for job_id, spec in resent.items():
+        # the same run: a worker that already finished it ignores the resend (same placement and token)
+        assert (spec["placement"], spec["run_token"]) == (first[job_id]["placement"], first[job_id]["run_token"])

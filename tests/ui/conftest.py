@@ -95,9 +95,10 @@ def cluster(personas, rdb):
         job.transition("ready")
         job.transition("placed", device=device)
         job.transition("running", device=device)
-    placement = Placement.objects.create(device=device, plan={
-        "shifts_s": {str(acme_job.pk): 0.0, str(rival_job.pk): 0.12}, "budget_bytes": 72 * GIB,
-        "predicted_peak_bytes": 61 * GIB})
+    placement = Placement.objects.create(device=device, plan={  # the layout of SharingPlan.to_dict()
+        "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift", "shifts_s": [0.0, 0.12],
+        "predicted_slowdown": [1.05, 1.05], "budget_bytes": 72 * GIB, "predicted_peak_bytes": 61 * GIB,
+        "sum_of_peaks_bytes": 70 * GIB})
     placement.jobs.set([acme_job, rival_job])
     MemoryProfile.record(acme_job, {
         "version": 1, "source": "estimate", "device": "cuda:0", "iteration_s": 0.5,

@@ -59,7 +59,8 @@ def build_cluster(p, publish, now: float):
                                  "peak_bytes": max(b for _, b in pts), "points": pts})
         jobs.append((j, pers, peak, shift))
     placement = Placement.objects.create(device=dev, plan={
-        "shifts_s": {str(j.pk): s for j, _, _, s in jobs}, "budget_bytes": 72 * GIB, "predicted_peak_bytes": 58 * GIB})
+        "job_ids": [j.pk for j, *_ in jobs], "mode": "shift", "shifts_s": [s for *_, s in jobs],
+        "budget_bytes": 72 * GIB, "predicted_peak_bytes": 58 * GIB})
     placement.jobs.set([j for j, *_ in jobs])
     Event.objects.filter(kind=Event.Kind.STATUS_CHANGE).update(time=_dt(now - 890))
     for i, (j, *_rest) in enumerate(jobs):

@@ -56,9 +56,11 @@ def samples(server):
     return [json.loads(f[b"data"]) for _, f in r.xrange(keys.TELEMETRY_STREAM)]
 
 
-def run(client, job_id, workload, params, placement=1):
-    return client.send_task("zico.device.run_job", args=[job_id, {"workload": workload, "params": params,
-                                                                  "placement": placement}], queue=QUEUE)
+def run(client, job_id, workload, params, placement=1, run_token=None):
+    spec = {"workload": workload, "params": params, "placement": placement}
+    if run_token is not None:
+        spec["run_token"] = run_token
+    return client.send_task("zico.device.run_job", args=[job_id, spec], queue=QUEUE)
 
 
 def test_tasks_run_in_the_worker_process_that_installed_the_allocator_and_nothing_forks(worker, client):
@@ -113,6 +115,23 @@ def test_a_finished_run_delivered_again_is_not_run_twice(worker, client, server)
     assert again["status"] == "succeeded"
     starts = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 11]
     assert len(starts) == 1
+
+
+def test_a_done_record_of_an_old_deployment_does_not_stop_a_new_run(worker, client, server):
+    # An earlier deployment (another database: same job and placement ids) left its done record behind.
+    r = redis.Redis(port=server.port)
+    old = {"job": 51, "placement": 1, "run_token": "old-deployment-token", "status": "succeeded", "metrics": {}}
+    r.set(keys.done_key(51), json.dumps(old), ex=keys.DONE_TTL_S)
+    out = run(client, 51, "digits-cnn", {"iterations": 3}, run_token="new-deployment-token").get(timeout=120)
+    assert out["status"] == "succeeded" and out["run_token"] == "new-deployment-token"
+    assert out["metrics"]["iterations_done"] == 3
+    starts = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 51]
+    assert len(starts) == 1
+    assert json.loads(r.get(keys.done_key(51)))["run_token"] == "new-deployment-token"
+    # the same run delivered again (same placement, same token) is still not run twice
+    again = run(client, 51, "digits-cnn", {"iterations": 3}, run_token="new-deployment-token").get(timeout=120)
+    assert again["status"] == "succeeded"
+    assert len([m for m in control(server) if m["msg"] == "job_started" and m["job"] == 51]) == 1
 
 
 def test_a_cancel_request_stops_the_job_within_an_iteration(worker, client, server):

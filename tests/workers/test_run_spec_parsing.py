@@ -7,8 +7,10 @@ from workers.runner import RunSpec, SpecError
 
 def test_a_full_spec_parses():
     spec = RunSpec.parse(3, {"workload": "digits-cnn", "params": {"iterations": 5}, "placement": 9,
-                             "plan": {"shifts_s": {"3": 0.1}}, "curve": {"version": 1}})
-    assert (spec.job, spec.workload, spec.params, spec.placement) == (3, "digits-cnn", {"iterations": 5}, 9)
+                             "run_token": "7d4c", "plan": {"job_ids": [3], "shifts_s": [0.1]},
+                             "curve": {"version": 1}})
+    assert (spec.job, spec.workload, spec.params, spec.placement, spec.run_token) == \
+        (3, "digits-cnn", {"iterations": 5}, 9, "7d4c")
 
 
 @pytest.mark.parametrize("job_id, spec, field", [
@@ -20,6 +22,8 @@ def test_a_full_spec_parses():
     (3, {"workload": "x", "placement": "7"}, "placement"),
     (3, {"workload": "x", "curve": "big"}, "curve"),
     (3, {"workload": "x", "plan": 5}, "plan"),
+    (3, {"workload": "x", "run_token": 5}, "run_token"),
+    (3, {"workload": "x", "run_token": ""}, "run_token"),
 ])
 def test_bad_specs_name_the_field(job_id, spec, field):
     with pytest.raises(SpecError, match=f"^{field}"):

@@ -6,6 +6,8 @@ total and budget bytes. A Placement puts one or more jobs on one device with a s
 """
 from __future__ import annotations
 
+import uuid
+
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
@@ -140,13 +142,21 @@ class PlacementQuerySet(models.QuerySet):
 class Placement(models.Model):
     """Jobs co-located on one device under one sharing plan; written only by the scheduler.
 
-    ``plan`` is the sharing plan as JSON (e.g. ``{"shifts_s": {"<job id>": 0.12}, "budget_bytes": ...,
-    "predicted_peak_bytes": ...}``); its schema belongs to the placement package.
+    ``plan`` is the sharing plan as JSON, as ``placement.state.SharingPlan.to_dict()`` writes it
+    (the placement package owns the schema): ``{"job_ids": [3, 5], "shifts_s": [0.0, 0.12],
+    "predicted_slowdown": [1.02, 1.1], "mode": "shift", "budget_bytes": ..., "predicted_peak_bytes": ...,
+    "sum_of_peaks_bytes": ...}`` — the per-job lists are aligned with ``job_ids``. Read per-job figures
+    through :meth:`plan_by_job`, the one place that knows that layout.
+
+    ``run_token`` is a random UUID set when the placement is created. The scheduler sends it with every
+    ``run_job`` of the placement and the worker stores it in the run's done record, so a done record
+    left in Redis by another deployment (ids restart at 1 with a new database) is recognised as stale.
     """
 
     device = models.ForeignKey(Device, on_delete=models.PROTECT, related_name="placements")
     jobs = models.ManyToManyField("jobs.Job", related_name="placements")
     plan = models.JSONField(default=dict, blank=True)
+    run_token = models.UUIDField(default=uuid.uuid4, editable=False)
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=200, blank=True)
@@ -312,6 +322,32 @@ class Placement(models.Model):
     @property
     def is_active(self) -> bool:
         return self.ended_at is None
+
+    def run_spec(self, job, curve: dict) -> dict:
+        """The JSON spec of ``zico.device.run_job`` for ``job`` in this placement (workers.runner.RunSpec):
+        workload, params, placement id, ``run_token`` (str), the job's memory ``curve`` and the ``plan``."""
+        return {"workload": job.workload, "params": job.params or {}, "placement": self.pk,
+                "run_token": str(self.run_token), "curve": curve, "plan": self.plan}
+
+    def plan_by_job(self) -> dict[int, dict]:
+        """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,
+        "predicted_slowdown": ratio | None}}`` for every job listed in ``plan["job_ids"]``.
+
+        The plan is ``SharingPlan.to_dict()`` (platform/placement/state.py), whose ``shifts_s`` and
+        ``predicted_slowdown`` are lists aligned with ``job_ids``. A missing or malformed plan (an empty
+        dict, lists of another length) yields None figures rather than raising: a page must still render.
+        """
+        plan = self.plan if isinstance(self.plan, dict) else {}
+        job_ids = plan.get("job_ids")
+        if not isinstance(job_ids, list):
+            return {}
+
+        def aligned(name):
+            values = plan.get(name)
+            return values if isinstance(values, list) and len(values) == len(job_ids) else [None] * len(job_ids)
+
+        return {int(j): {"shift_s": s, "predicted_slowdown": r}
+                for j, s, r in zip(job_ids, aligned("shifts_s"), aligned("predicted_slowdown"))}
 
     def end(self, reason: str = "") -> None:
         """Mark the placement ended now (idempotent)."""

@@ -56,8 +56,7 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
             if curve_of.get(job_id) is None:
                 log.warning("job %s is placed without a stored curve; not resent", job_id)
                 continue
-            spec = {"workload": job.workload, "params": job.params or {}, "placement": placement.pk,
-                    "curve": bodies[curve_of[job_id]], "plan": placement.plan}
+            spec = placement.run_spec(job, bodies[curve_of[job_id]])
             outbox.append((run_task, job_id, placement.device.queue, [job_id, spec]))
             events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=placement.device,
                                 details={"action": RESENT, "task": run_task, "placement": placement.pk,

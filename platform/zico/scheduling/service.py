@@ -20,7 +20,7 @@ One round:
    placed job, to its device's queue) in one Redis pipeline.
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
-``run_job(job_id, {"workload", "params", "placement", "curve", "plan"})`` and
+``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
 ``profile_job(job_id, {"workload", "params"})``.
 """
 from __future__ import annotations
@@ -210,8 +210,7 @@ class Scheduler:
     def _placed(snap, device: Device, jobs: list, placement: Placement, res: RoundResult) -> None:
         for j in jobs:
             res.placed[j.pk] = placement.pk
-            spec = {"workload": j.workload, "params": j.params or {}, "placement": placement.pk,
-                    "curve": snap.curves[j.pk], "plan": placement.plan}
+            spec = placement.run_spec(j, snap.curves[j.pk])
             res.outbox.append((RUN_TASK, j.pk, device.queue, [j.pk, spec]))
 
 

@@ -17,7 +17,9 @@ name                               type    meaning
                                            before every iteration)
 ``zico:job:<job>:abort:<pl>``      string  set by the control consumer to stop a stale run (placement ``pl``
                                            is no longer the job's active placement)
-``zico:job:<job>:done``            string  outcome of a finished run (makes ``run_job`` idempotent)
+``zico:job:<job>:done``            string  outcome of a finished run, with its placement and ``run_token``
+                                           (makes ``run_job`` idempotent; a record with another token
+                                           is another deployment's and is ignored)
 =================================  ======  ====================================================================
 
 ``<dev>`` is a device key from :func:`device_key`, e.g. ``gpu.node1.0`` or ``cpu.node1.0``.

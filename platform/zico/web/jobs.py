@@ -104,18 +104,19 @@ def _plan_view(user, job, placement) -> dict | None:
     if placement is None:
         return None
     plan = placement.plan or {}
-    shifts = plan.get("shifts_s") or {}
+    per_job = placement.plan_by_job()
     visible = set(access.visible_jobs(user).filter(pk__in=[j.pk for j in placement.jobs.all()])
                   .values_list("pk", flat=True))
     rows = []
     for other in placement.jobs.all().order_by("pk"):
         shown = other.pk in visible
         rows.append({"job": other if shown else None, "is_self": other.pk == job.pk,
-                     "shift_s": shifts.get(str(other.pk)) if shown else None})
+                     "shift_s": per_job.get(other.pk, {}).get("shift_s") if shown else None,
+                     "predicted_slowdown": per_job.get(other.pk, {}).get("predicted_slowdown") if shown else None})
     device_visible = access.timeline_devices(user).filter(pk=placement.device_id).exists()
     return {"rows": rows, "budget_bytes": plan.get("budget_bytes"),
             "predicted_peak_bytes": plan.get("predicted_peak_bytes"), "device_visible": device_visible,
-            "shift_s": shifts.get(str(job.pk))}
+            "shift_s": per_job.get(job.pk, {}).get("shift_s"), "mode": plan.get("mode")}
 
 
 @login_required
