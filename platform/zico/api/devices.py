@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from zico.cluster.models import BudgetError, Device
 
 from .access import IsClusterAdminOrReadOnly, field_error
+from .fields import StrictIntegerField
 
 
 class DeviceSerializer(serializers.ModelSerializer):
@@ -27,7 +28,19 @@ class DeviceSerializer(serializers.ModelSerializer):
 
 
 class DeviceBudgetSerializer(serializers.Serializer):
-    budget_bytes = serializers.IntegerField(help_text="bytes; 0 <= budget <= total_bytes")
+    """Body of PATCH /api/devices/<id>/: the budget is the only writable field; any other key is refused."""
+
+    budget_bytes = StrictIntegerField(help_text="bytes (a JSON integer); 0 < budget <= total_bytes")
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            others = sorted(set(data) - set(self.fields))
+            if others:
+                read_only = set(DeviceSerializer.Meta.fields)
+                raise serializers.ValidationError({
+                    k: ["read-only: only budget_bytes can be changed" if k in read_only else
+                        "unknown field: only budget_bytes can be changed"] for k in others})
+        return super().to_internal_value(data)
 
 
 class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -15,6 +15,7 @@ from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_sub
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
+from .fields import StrictIntegerField
 from .events import EventSerializer, paginated_events
 
 
@@ -62,9 +63,9 @@ class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     workload = serializers.CharField(max_length=64, help_text="catalog key, see /api/workloads/")
     params = serializers.JSONField(required=False, default=dict, help_text="workload params (its JSON Schema)")
-    budget_bytes = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                            help_text="bytes; > 0, at most the largest device's total")
-    priority = serializers.IntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
+    budget_bytes = StrictIntegerField(required=False, allow_null=True, default=None,
+                                      help_text="bytes (a JSON integer); > 0, at most the largest device's total")
+    priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
 
     def validate_tenant(self, slug: str) -> Tenant:
         tenant = Tenant.objects.for_user(self.context["request"].user).filter(slug=slug).first()

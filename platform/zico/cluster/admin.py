@@ -1,11 +1,23 @@
 """Django admin for nodes, devices and placements; budgets change through Device.set_budget."""
+from django import forms
 from django.contrib import admin
 
 from .models import Device, Node, Placement
 
 
+class DeviceForm(forms.ModelForm):
+    """A changed budget must be > 0 (Device.set_budget refuses 0; draining is the device status)."""
+
+    def clean_budget_bytes(self):
+        budget = self.cleaned_data["budget_bytes"]
+        if "budget_bytes" in self.changed_data and budget is not None and budget <= 0:
+            raise forms.ValidationError("must be > 0 bytes (to stop new placements, set the status to draining)")
+        return budget
+
+
 class DeviceInline(admin.TabularInline):
     model = Device
+    form = DeviceForm
     extra = 0
     fields = ["kind", "index", "name", "uuid", "total_bytes", "budget_bytes", "status", "last_heartbeat"]
     readonly_fields = ["last_heartbeat"]
@@ -35,6 +47,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
+    form = DeviceForm
     list_display = ["__str__", "name", "kind", "total_bytes", "budget_bytes", "status", "last_heartbeat"]
     list_filter = ["kind", "status", "node"]
     search_fields = ["name", "uuid", "node__host"]

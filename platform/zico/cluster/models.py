@@ -105,14 +105,17 @@ class Device(models.Model):
         """Set the device budget in bytes and record a budget_change Event.
 
         Raises:
-            BudgetError: when ``budget_bytes`` is not an int in [0, total_bytes].
+            BudgetError: when ``budget_bytes`` is not an int in [1, total_bytes]. A budget of 0 is refused:
+                a device that should take no new jobs is set to status draining instead (the allocator would
+                refuse every allocation of a job already running under a zero budget).
         """
         from zico.jobs.models import Event
 
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
             raise BudgetError("budget_bytes", f"expected an integer number of bytes, got {budget_bytes!r}")
-        if budget_bytes < 0:
-            raise BudgetError("budget_bytes", f"must not be negative, got {budget_bytes}")
+        if budget_bytes <= 0:
+            raise BudgetError("budget_bytes", f"must be > 0 bytes, got {budget_bytes} (to stop new placements on "
+                                              "a device, set its status to draining)")
         if budget_bytes > self.total_bytes:
             raise BudgetError("budget_bytes", f"{budget_bytes} exceeds the device total of {self.total_bytes} bytes")
         old = self.budget_bytes

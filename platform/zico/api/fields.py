@@ -1,0 +1,40 @@
+"""Serializer fields of the API that are stricter than DRF's: an integer field that takes JSON integers only.
+
+DRF's ``IntegerField`` coerces: ``"1000"`` and ``1e3`` (a JSON float) both become 1000, and a value beyond
+Python's float range (``1e30``) reads "A valid integer is required.". Byte counts and priorities are
+integers; a string or a float in a JSON body is a client bug worth naming.
+"""
+from __future__ import annotations
+
+from django.http import QueryDict
+from rest_framework import serializers
+
+INT64_MAX = 2**63 - 1  # PostgreSQL bigint, the column type of every byte count
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (not a string, float or boolean); DRF's min_value/max_value checks apply as usual.
+
+    Form-encoded bodies (QueryDict) carry only strings, so there a string of decimal digits is read as usual.
+    Errors name the value's JSON type: "expected an integer, got the string '1000'", "... got the number
+    1000.0"; a number no bigint can hold (integer or float, e.g. 1e30) reads "out of range".
+    """
+
+    def _from_form(self) -> bool:
+        return isinstance(getattr(self.root, "initial_data", None), QueryDict)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            raise serializers.ValidationError(f"expected an integer, got {str(data).lower()}")
+        if isinstance(data, (int, float)) and not -INT64_MAX - 1 <= data <= INT64_MAX:
+            raise serializers.ValidationError(f"out of range: {data:g} does not fit a 64-bit integer "
+                                              f"(at most {INT64_MAX})")
+        if isinstance(data, float):
+            raise serializers.ValidationError(f"expected an integer, got the number {data!r}")
+        if isinstance(data, str) and self._from_form():
+            return super().to_internal_value(data)
+        if not isinstance(data, int):
+            kind = {dict: "object", list: "array"}.get(type(data), type(data).__name__)
+            what = f"the string {data[:40]!r}" if isinstance(data, str) else f"a JSON {kind}"
+            raise serializers.ValidationError(f"expected an integer, got {what}")
+        return super().to_internal_value(data)
