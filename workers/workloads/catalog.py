@@ -16,6 +16,7 @@ returning one (see docs/curves.md, "Registering a workload").
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -225,10 +226,41 @@ def validate_params(key: str, params: dict[str, Any] | None, data_dir: str | Pat
     if errors:
         err = errors[0]
         name = str(err.path[0]) if err.path else "params"
-        raise ParamsError(name, err.message)
+        raise ParamsError(name, _user_message(err))
     if "corpus" in merged:
         merged["corpus"] = _check_corpus(merged["corpus"], data_dir)
     return merged
+
+
+_JSON_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+                   "object": "a JSON object", "array": "a JSON array", "null": "null"}
+
+
+def _json_text(value: Any, limit: int = 40) -> str:
+    """``value`` as the user wrote it in JSON (``true``, ``null``, ``"big"``), shortened to ``limit`` chars."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _user_message(err: jsonschema.ValidationError) -> str:
+    """A jsonschema error phrased for users, in JSON words: "expected an integer, got true" rather than
+    jsonschema's Python-worded "True is not of type 'integer'"; other validators keep jsonschema's message."""
+    got = _json_text(err.instance)
+    if err.validator == "type":
+        types = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        return f"expected {' or '.join(_JSON_TYPE_WORDS.get(t, t) for t in types)}, got {got}"
+    if err.validator == "enum":
+        return f"expected one of {', '.join(_json_text(v) for v in err.validator_value)}; got {got}"
+    bounds = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+    if err.validator in bounds:
+        return f"must be {bounds[err.validator]} {err.validator_value}, got {got}"
+    if err.validator in ("minLength", "maxLength"):
+        word = "at least" if err.validator == "minLength" else "at most"
+        return f"must be {word} {err.validator_value} characters long, got {len(err.instance)}"
+    return err.message
 
 
 def _check_corpus(value: str, data_dir: str | Path | None) -> str:
