@@ -107,9 +107,15 @@ def hit(request, limit: str, key: str | None) -> tuple[bool, int]:
 
 
 def _throttled(limit: str, what: str, wait: int) -> exceptions.Throttled:
+    """A 429 whose detail is one sentence naming the limit and the wait; ``wait`` (s) also sets Retry-After.
+
+    ``wait`` is set after construction: passed to ``Throttled(wait=...)`` DRF would append its own
+    "Expected available in N seconds." to our detail, saying the wait twice.
+    """
     rate = settings.RATE_LIMITS[limit]
-    return exceptions.Throttled(wait=wait, detail=f"rate limit exceeded: {what} (limit {rate}); "
-                                                  f"retry in {wait} s")
+    exc = exceptions.Throttled(detail=f"rate limit exceeded: {what} (limit {rate}); retry in {wait} s")
+    exc.wait = wait  # APIView.handle_exception turns it into the Retry-After header
+    return exc
 
 
 # -- DRF throttles ----------------------------------------------------------------------------------

@@ -98,6 +98,10 @@ class JobSubmitForm(forms.Form):
         gib = self.cleaned_data.get("budget_gib")
         return None if gib is None else int(gib * GIB)
 
+    def field_error_count(self) -> int:
+        """How many fields carry an error (errors not tied to a field are not counted)."""
+        return sum(1 for name in self.errors if name != forms.forms.NON_FIELD_ERRORS)
+
     def add_spec_error(self, field: str, message: str) -> None:
         """Show a ``JobSpecError`` next to the field it names (``params.<name>``, ``budget_bytes``, ...)."""
         target = {"budget_bytes": "budget_gib", "params": None}.get(field, field)

@@ -58,9 +58,9 @@ def job_submit(request):
         over, wait = hit(request, "job_submit_user", f"user:{request.user.pk}")
         if not over and form.is_valid():
             over, wait = hit(request, "job_submit_tenant", f"tenant:{form.cleaned_data['tenant'].pk}")
-        if over:
-            form.add_error(None, f"Too many job submissions — try again in {wait} s.")
-            return render(request, "web/job_submit.html", {"form": form, "workload": workload}, status=429)
+        if over:  # the rate-limit message replaces the field errors' summary (template: rate_limited)
+            return render(request, "web/job_submit.html", {"form": form, "workload": workload, "rate_limited":
+                          f"Too many job submissions — try again in {wait} s."}, status=429)
         if form.is_valid():
             try:
                 job = submit_job(tenant=form.cleaned_data["tenant"], owner=request.user, workload=workload.key,
