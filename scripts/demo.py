@@ -37,6 +37,7 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
 # feasible floor), so an allocation over budget waits for the other job's frees instead of failing at once.
 CAPACITY_FRACTION = 0.99
 BUDGET_FRACTION = 0.9
+STORED_WAIT_S = 20.0  # at most this long for the control consumer to store the device timeline past the end
 
 
 def log(msg: str) -> None:
@@ -73,17 +74,38 @@ def start(name: str, argv: list[str], run_dir: Path, var_dir: Path) -> subproces
     return proc
 
 
-def wait_for(what: str, fn, timeout: float, procs: dict[str, subprocess.Popen], every: float = 0.5):
+def wait_for(what: str, fn, timeout: float, procs: dict[str, subprocess.Popen], every: float = 0.5,
+             log_dir: Path | None = None):
+    """Poll ``fn`` until it returns a true value (returned); SystemExit when a process in ``procs`` exits
+    (naming its log file under ``log_dir``) or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, p in procs.items():
             if p.poll() is not None:
-                raise SystemExit(f"{name} exited with code {p.returncode}; see its log in $ZICO_VAR_DIR")
+                where = log_dir / f"{name}.log" if log_dir is not None else "the demo's var directory"
+                raise SystemExit(f"{name} exited with code {p.returncode}; see its log {where}")
         value = fn()
         if value:
             return value
         time.sleep(every)
     raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def stored_device_peak(points, t_end: float, timeout: float = STORED_WAIT_S) -> int | None:
+    """Peak reserved bytes over ``points`` (the device's stored timeline rows since submission), read once
+    the control consumer has stored the second after ``t_end`` (unix s, the last job's end).
+
+    The consumer stores a second once a sample of a later second arrives, or ``lag_s`` (2 s,
+    zico.telemetry.downsample.Downsampler) after it ends; the device series gets a sample every 0.2 s, so
+    its second after the jobs' end is stored within about 3 s. Returns None when nothing is stored after
+    ``timeout`` seconds (then the peak comes from whatever was stored, if anything).
+    """
+    from django.db.models import Max
+
+    deadline = time.monotonic() + timeout
+    while not points.filter(second__gt=int(t_end)).exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return points.aggregate(m=Max("reserved_bytes"))["m"]
 
 
 def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
@@ -117,6 +139,7 @@ def main() -> None:
     from django.conf import settings
     from django.db.models import Max
     from django.urls import reverse
+    from django.utils import timezone
 
     from zico.cluster.models import Device
     from zico.jobs.models import Event, Job, MemoryProfile
@@ -147,7 +170,7 @@ def main() -> None:
                                    "--budget", str(budget), "--slots", "2", "--gate-headroom", "0.2"], run_dir, var_dir),
     }
     device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(
-        node__host=host, kind="cpu", index=0, status="online").first(), 180, procs)
+        node__host=host, kind="cpu", index=0, status="online").first(), 180, procs, log_dir=var_dir)
     if device.total_bytes != capacity:
         log(f"note: device {device} registered earlier with {mib(device.total_bytes)}; now {mib(capacity)}")
     device.refresh_from_db()
@@ -185,12 +208,14 @@ def main() -> None:
             done &= j["status"] in ("succeeded", "failed", "cancelled")
         return done
 
-    wait_for("both jobs to end", progress, args.timeout, procs, every=1.0)
+    wait_for("both jobs to end", progress, args.timeout, procs, every=1.0, log_dir=var_dir)
     elapsed = time.time() - t_submit
     jobs = [Job.objects.get(pk=jid) for jid in ids]
     shared = set.intersection(*(set(j.placements.values_list("pk", flat=True)) for j in jobs))
+    t_end = max((j.finished_at or timezone.now()).timestamp() for j in jobs)
     points = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_submit))
-    dev_peak = points.aggregate(m=Max("reserved_bytes"))["m"]
+    log("waiting for the control consumer to store the device timeline up to the jobs' end")
+    dev_peak = stored_device_peak(points, t_end)
     budget_seen = points.aggregate(m=Max("budget_bytes"))["m"] or device.budget_bytes
 
     print()
@@ -209,7 +234,8 @@ def main() -> None:
               f"= {ratio}; delays imposed {m.get('delay_s', 0):.2f} s over {m.get('delays', 0)} iterations "
               f"({delays} delay events); final loss {m.get('loss', float('nan')):.3f}"
               + (f", train accuracy {m['train_accuracy']:.2f}" if "train_accuracy" in m else ""))
-    print(f"device peak reserved (sampled, 1 point/s max): {mib(dev_peak)}")
+    print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)}"
+          + ("" if dev_peak else f" — no stored device points since submission; see {var_dir / 'consumer.log'}"))
     print(f"sum of solo peaks: {mib(solo_sum)}; device capacity {mib(device.total_bytes)}; budget {mib(budget_seen)}")
     if dev_peak:
         print(f"device peak / sum of solo peaks = {dev_peak / solo_sum:.2f}; "

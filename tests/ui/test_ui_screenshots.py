@@ -62,6 +62,10 @@ def build_cluster(p, publish, now: float):
         "job_ids": [j.pk for j, *_ in jobs], "mode": "shift", "shifts_s": [s for *_, s in jobs],
         "budget_bytes": 72 * GIB, "predicted_peak_bytes": 58 * GIB})
     placement.jobs.set([j for j, *_ in jobs])
+    # the story starts 15 min ago: the device registered and the jobs were submitted before their samples
+    # (live charts drop samples older than their device or job row: zico.web.live)
+    Device.objects.filter(node=node).update(created_at=_dt(now - 3600))
+    Job.objects.filter(pk__in=[j.pk for j, *_ in jobs]).update(created_at=_dt(now - 900))
     Event.objects.filter(kind=Event.Kind.STATUS_CHANGE).update(time=_dt(now - 890))
     for i, (j, *_rest) in enumerate(jobs):
         Event.objects.filter(pk=Event.record(Event.Kind.PLACEMENT, job=j, device=dev, placement=placement.pk).pk) \

@@ -11,6 +11,15 @@ Note [Live updates by polling]
     Every poll scans the shared stream's new entries for its device or job: about 500 entries a second for
     100 jobs at 5 Hz, cheap at that scale; per-device streams would be the next step beyond it.
 
+Note [Samples of an earlier deployment]
+    The stream outlives the database: after a fresh deployment (new database, ids from 1 again) the last
+    ``BACKFILL_S`` seconds of the stream may still hold the previous worker's samples under the same device
+    key and job ids. Samples carry no run identity, so readers keep only samples taken after the row they
+    show came to be: the device's registration (``Device.created_at``, written when its worker's
+    ``worker_up`` is consumed) or the job's submission (``Job.created_at``), less ``REGISTRATION_GRACE_S``
+    for the consumer's lag and the clock skew between a worker host and the web host. A worker restart in
+    the same database keeps its device row, so its previous process's (real) readings still show.
+
 Every read catches ``redis.RedisError`` and reports ``ok=False`` instead of raising, so a page still
 serves the stored timeline (``zico.telemetry.models.TimelinePoint``) when Redis is down.
 """
@@ -30,7 +39,21 @@ log = logging.getLogger(__name__)
 
 MAX_SAMPLES_PER_READ = 5000  # stream entries scanned per poll (~10 s of 100 jobs at 5 Hz)
 BACKFILL_S = 120  # seconds of live samples a page's first read returns (older ones come from the database)
+REGISTRATION_GRACE_S = 5.0  # samples this much older than their device's/job's row still show (Note above)
 _clients: dict[str, redis.Redis] = {}
+
+
+def taken_since(created_at) -> Callable[[dict[str, Any]], bool]:
+    """A sample filter: the sample's ``t`` (unix s) is a number no older than ``created_at`` (an aware
+    datetime: the device's registration or the job's submission) less ``REGISTRATION_GRACE_S``.
+    See Note [Samples of an earlier deployment]."""
+    since = created_at.timestamp() - REGISTRATION_GRACE_S
+
+    def recent(sample: dict[str, Any]) -> bool:
+        t = sample.get("t")
+        return isinstance(t, (int, float)) and not isinstance(t, bool) and t >= since
+
+    return recent
 
 
 def client() -> redis.Redis:

@@ -100,7 +100,8 @@ def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = 
     cursor.
     """
     now_s = time.time() if now_s is None else now_s
-    read = live.read_samples(lambda s: s.get("job") == job.pk, cursor=cursor)
+    recent = live.taken_since(job.created_at)  # not an earlier deployment's job of the same id
+    read = live.read_samples(lambda s: s.get("job") == job.pk and recent(s), cursor=cursor)
     live_pts = [[s["t"], s.get("allocated"), s.get("reserved"), s.get("iteration")]
                 for s in read.samples if isinstance(s.get("t"), (int, float))]
     points: list[list] = []
@@ -176,7 +177,8 @@ def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT
     """
     now_s = time.time() if now_s is None else now_s
     dev = device_key(device)
-    read = live.read_samples(lambda s: s.get("device") == dev, cursor=cursor)
+    recent = live.taken_since(device.created_at)  # not an earlier deployment's worker on this key
+    read = live.read_samples(lambda s: s.get("device") == dev and recent(s), cursor=cursor)
     samples = [s for s in read.samples if isinstance(s.get("t"), (int, float))]
     sampled_jobs = {s["job"] for s in samples if isinstance(s.get("job"), int)}
     if tenant_ids is None:
