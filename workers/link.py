@@ -149,10 +149,6 @@ class Link:
     def mark_done(self, job_id: int, outcome: dict[str, Any]) -> None:
         self._ok(lambda: self.redis.set(keys.done_key(job_id), json.dumps(outcome), ex=keys.DONE_TTL_S))
 
-    def forget_done(self, job_id: int) -> None:
-        """Delete the done record of ``job_id`` (a stale one: another placement's or deployment's)."""
-        self._ok(lambda: self.redis.delete(keys.done_key(job_id)))
-
     def clear_done(self, job_id: int) -> None:
         self._ok(lambda: self.redis.delete(keys.done_key(job_id), keys.cancel_key(job_id)))
 
