@@ -64,3 +64,8 @@ def test_a_plan_without_per_job_lists_still_renders(gpu, personas, client_for):
     placement = Placement.open(gpu, [job], {"budget_bytes": 16 * GIB})
     assert placement.plan_by_job() == {}
     assert client_for(personas.owner).get(f"/jobs/{job.pk}/").status_code == 200
+    # lists of another length than job_ids, or ids that are no integers: no figures, no error
+    Placement.objects.filter(pk=placement.pk).update(plan={"job_ids": [job.pk, "x"], "shifts_s": [0.5]})
+    placement.refresh_from_db()
+    assert placement.plan_by_job() == {job.pk: {"shift_s": None, "predicted_slowdown": None}}
+    assert client_for(personas.owner).get(f"/jobs/{job.pk}/").status_code == 200

@@ -349,8 +349,9 @@ class Placement(models.Model):
             values = plan.get(name)
             return values if isinstance(values, list) and len(values) == len(job_ids) else [None] * len(job_ids)
 
-        return {int(j): {"shift_s": s, "predicted_slowdown": r}
-                for j, s, r in zip(job_ids, aligned("shifts_s"), aligned("predicted_slowdown"))}
+        return {j: {"shift_s": s, "predicted_slowdown": r}
+                for j, s, r in zip(job_ids, aligned("shifts_s"), aligned("predicted_slowdown"))
+                if isinstance(j, int) and not isinstance(j, bool)}
 
     def end(self, reason: str = "") -> None:
         """Mark the placement ended now (idempotent)."""
