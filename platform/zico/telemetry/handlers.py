@@ -190,9 +190,13 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
     rows = []
     job_ids = {p.job for p in points if p.job is not None}
     known_jobs = set(Job.objects.filter(pk__in=job_ids).values_list("pk", flat=True)) if job_ids else set()
+    looked_up: set[str] = set()
     for p in points:
-        if p.device not in devices:
+        # A key not registered yet is looked up again in the next batch (once per batch), not cached as
+        # unknown: a worker's first samples can reach the stream before its worker_up is handled.
+        if devices.get(p.device) is None and p.device not in looked_up:
             devices[p.device] = device_for(p.device)
+            looked_up.add(p.device)
         dev = devices[p.device]
         if dev is None or (p.job is not None and p.job not in known_jobs):
             continue
