@@ -140,9 +140,12 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         # A cancel request left with it was for that run too (a run marks done when cancelled). A cancel of
         # this run sent before it started is not lost: the job is then cancelled in the database and the
         # control consumer aborts this run at its job_started.
-        log.info("job %s: stale done record (placement %s, token %s) and cancel request cleared", job_id,
-                 done.get("placement"), done.get("run_token"))
+        # So is a checkpoint it left (a failed run keeps one): this run starts from iteration 0. A run requeued
+        # after a worker loss in this deployment still resumes: a lost run never wrote a done record.
+        log.info("job %s: stale done record (placement %s, token %s), its cancel request and checkpoint cleared",
+                 job_id, done.get("placement"), done.get("run_token"))
         link.clear_done(job_id)
+        checkpoints.remove(rt.config.checkpoint_dir, job_id)
     gate = Gate(rt, spec)  # raises CurveError for a malformed curve, before anything is registered
     state = JobState(job_id=job_id, iterations=int(spec.params.get("iterations") or 0), gate=gate)
     rt.add_job(state)  # raises if this job already runs in this process

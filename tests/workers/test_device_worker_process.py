@@ -122,14 +122,17 @@ def test_a_done_record_of_an_old_deployment_does_not_stop_a_new_run(worker, clie
     r = redis.Redis(port=server.port)
     old = {"job": 51, "placement": 1, "run_token": "old-deployment-token", "status": "succeeded", "metrics": {}}
     r.set(keys.done_key(51), json.dumps(old), ex=keys.DONE_TTL_S)
-    keys.request_cancel(r, 51)  # that earlier run of job 51 was cancelled by its user
+    keys.request_cancel(r, 51)  # that earlier run of job 51 was cancelled by its user ...
+    ckpt = Path(worker[1]) / "ckpt" / "job-51" / "checkpoint.pt"  # ... and left a checkpoint (not this job's)
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.write_bytes(b"a checkpoint of the old deployment's job 51")
     out = run(client, 51, "digits-cnn", {"iterations": 3}, run_token="new-deployment-token").get(timeout=120)
     assert out["status"] == "succeeded" and out["run_token"] == "new-deployment-token"
     assert out["metrics"]["iterations_done"] == 3
     starts = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 51]
     assert len(starts) == 1
     assert json.loads(r.get(keys.done_key(51)))["run_token"] == "new-deployment-token"
-    assert not r.exists(keys.cancel_key(51))
+    assert not r.exists(keys.cancel_key(51)) and not ckpt.exists()
     # the same run delivered again (same placement, same token) is still not run twice
     again = run(client, 51, "digits-cnn", {"iterations": 3}, run_token="new-deployment-token").get(timeout=120)
     assert again["status"] == "succeeded"
