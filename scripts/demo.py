@@ -33,10 +33,14 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
     {"name": "tiny GPT LM (demo)", "workload": "tiny-lm",
      "params": {"batch_size": 32, "seq_len": 128, "iterations": 40}},
 ]
-# The worker's capacity is below the sum of the solo peaks; its budget lower still (but at least the group's
-# feasible floor), so an allocation over budget waits for the other job's frees instead of failing at once.
-CAPACITY_FRACTION = 0.99
-BUDGET_FRACTION = 0.9
+# The worker's capacity is below the sum of the jobs' solo peak *reserved* bytes (what a device must hold for
+# each alone: PyTorch's word, and what the device timeline samples); its budget lower still — below even the
+# sum of solo peak allocated bytes — but at least the group's feasible floor, so an allocation over budget
+# waits for the other job's frees. The gap between budget and capacity is the room the allocator's deadlock
+# rule may use (docs/allocator.md); with 0.99/0.9 of the allocated sum it was too small and a job could fail
+# with a fragmentation/capacity OOM.
+CAPACITY_FRACTION = 0.9
+BUDGET_FRACTION = 0.75
 STORED_WAIT_S = 20.0  # at most this long for the control consumer to store the device timeline past the end
 
 
@@ -155,13 +159,14 @@ def main() -> None:
 
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
     curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
-    solo_sum = sum(c.peak_bytes for c in curves)
-    budget = int(max(BUDGET_FRACTION * solo_sum, feasible_floor(curves, reserved)))
-    capacity = int(max(CAPACITY_FRACTION * solo_sum, budget))
-    if capacity >= solo_sum:
+    solo_sum = sum(c.peak_bytes for c in curves)  # allocated
+    solo_reserved = sum(reserved)
+    budget = int(max(BUDGET_FRACTION * solo_reserved, feasible_floor(curves, reserved)))
+    capacity = int(max(CAPACITY_FRACTION * solo_reserved, budget))
+    if capacity >= solo_reserved:
         raise SystemExit(f"these jobs cannot share less than the sum of their peaks ({mib(capacity)} needed)")
-    log(f"sum of solo peaks {mib(solo_sum)}; the CPU device worker gets a capacity of {mib(capacity)} "
-        f"and a budget of {mib(budget)}")
+    log(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; the CPU device worker "
+        f"gets a capacity of {mib(capacity)} and a budget of {mib(budget)}")
 
     py = sys.executable
     procs = {
@@ -236,9 +241,10 @@ def main() -> None:
               + (f", train accuracy {m['train_accuracy']:.2f}" if "train_accuracy" in m else ""))
     print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)}"
           + ("" if dev_peak else f" — no stored device points since submission; see {var_dir / 'consumer.log'}"))
-    print(f"sum of solo peaks: {mib(solo_sum)}; device capacity {mib(device.total_bytes)}; budget {mib(budget_seen)}")
+    print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; "
+          f"device capacity {mib(device.total_bytes)}; budget {mib(budget_seen)}")
     if dev_peak:
-        print(f"device peak / sum of solo peaks = {dev_peak / solo_sum:.2f}; "
+        print(f"device peak reserved / sum of solo peaks reserved = {dev_peak / solo_reserved:.2f}; "
               f"peak within budget: {'yes' if dev_peak <= budget_seen else 'NO'}")
     print(f"device timeline: {args.base_url.rstrip('/')}{reverse('web-device-timeline', args=[device.pk])}")
     print("=" * 78)
