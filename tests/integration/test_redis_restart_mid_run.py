@@ -56,6 +56,8 @@ def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_s
                       "the consumer's outage event")
     assert 2.0 <= recorded.details["seconds"] <= 120
     # the worker reconnected to the broker: it still takes new tasks
-    facts = client.send_task("zico.device.describe", queue=cpu_queue(stack.host)).get(timeout=120)
+    # (a fresh client: this test process's own result-backend subscription is not what is under test)
+    fresh = Celery("it-after", broker=redis_server.url, backend=redis_server.url)
+    facts = fresh.send_task("zico.device.describe", queue=cpu_queue(stack.host)).get(timeout=120)
     assert facts["pid"] == worker.pid
     assert "Unrecoverable error" not in stack.log("worker.log")
