@@ -121,9 +121,10 @@ class ZicoCollector:
         if not names:
             return set()
         try:
-            r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-            present = r.exists  # one round trip per device is fine for a few dozen devices
-            return {n for n in names if present(keys.heartbeat_key(n))}
+            pipe = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1).pipeline()
+            for n in names:
+                pipe.exists(keys.heartbeat_key(n))
+            return {n for n, present in zip(names, pipe.execute()) if present}  # one round trip for all
         except redis.RedisError:
             return None
 

@@ -1,6 +1,8 @@
 """Django admin for jobs, memory profiles and events; status changes only via the transition function."""
 from django.contrib import admin, messages
 
+from zico.admin_views import ViewOnlyAdmin
+
 from .models import Event, Job, MemoryProfile
 from .transitions import CANCELLABLE, IllegalTransition
 
@@ -52,7 +54,7 @@ class MemoryProfileAdmin(admin.ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(ViewOnlyAdmin):
     """The audit log is read-only."""
 
     list_display = ["time", "kind", "tenant", "device", "job", "actor"]
@@ -60,12 +62,3 @@ class EventAdmin(admin.ModelAdmin):
     search_fields = ["job__name", "tenant__slug", "actor__username"]
     readonly_fields = ["time", "kind", "tenant", "device", "job", "actor", "details"]
     date_hierarchy = "time"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -1,6 +1,8 @@
 """Django admin for tenants, memberships and API tokens (token secrets are never shown)."""
 from django.contrib import admin
 
+from zico.admin_views import ViewOnlyAdmin
+
 from .models import QUOTA_FIELDS, SETTINGS_FIELDS, ApiToken, Membership, Tenant
 
 
@@ -45,7 +47,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ViewOnlyAdmin):
     """View only: add, change and remove members on the tenant pages (web /tenants/<slug>/ or the API),
     which record role_change Events and refuse to remove or demote the last owner."""
 
@@ -54,15 +56,6 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "tenant__slug"]
     autocomplete_fields = ["user", "tenant"]
     readonly_fields = ["created_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ApiToken)
