@@ -63,6 +63,13 @@ class Stack:
         self.procs.append(proc)
         return proc
 
+    def registered_device(self, timeout: float = 120.0):
+        """Wait until this stack's worker has registered its device (through the consumer); return the Device."""
+        from zico.cluster.models import Device
+
+        return wait_for(lambda: Device.objects.select_related("node").filter(node__host=self.host).first(), timeout,
+                        "the worker's device registration")
+
     def log(self, name: str) -> str:
         path = self.tmp / name
         return path.read_text(errors="replace") if path.exists() else ""
@@ -94,6 +101,19 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.25):
 @pytest.fixture
 def waiter():
     return wait_for
+
+
+@pytest.fixture
+def tenant_owner(transactional_db):
+    """A tenant ``t`` and its owner ``owner`` (the jobs' submitter in every drill)."""
+    from django.contrib.auth import get_user_model
+
+    from zico.tenants.models import Role, Tenant
+
+    tenant = Tenant.objects.create(name="T", slug="t")
+    owner = get_user_model().objects.create_user("owner")
+    tenant.add_member(owner, Role.OWNER)
+    return tenant, owner
 
 
 @pytest.fixture

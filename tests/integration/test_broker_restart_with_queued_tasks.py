@@ -6,31 +6,26 @@ import time
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 
 from workers.curves.estimate import estimate_curve
 from workers.testing import stop_process
-from zico.cluster.models import Device, Placement
+from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
-from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 PARAMS = {"iterations": 40, "batch_size": 128, "image_size": 32}
 
 
-def test_tasks_lost_with_the_broker_are_resent_by_the_running_scheduler(stack, redis_server, waiter):
+def test_tasks_lost_with_the_broker_are_resent_by_the_running_scheduler(stack, redis_server, waiter, tenant_owner):
     curve = estimate_curve("digits-cnn", PARAMS)  # a curve without a profiling run
     stack.consumer(lost_after_s=120)  # the stopped worker must not be declared lost meanwhile
     worker = stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
+    device = stack.registered_device()
     scheduler = stack.scheduler("--interval", "0.5")
     waiter(lambda: "scheduler ready" in stack.log("scheduler.log"), 60, "the scheduler to start")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    tenant, owner = tenant_owner
 
     stop_process(worker)  # the device's worker process is gone; its device is still online
     job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params=PARAMS)

@@ -5,21 +5,17 @@ import time
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
 from zico.telemetry import keys
 from zico.telemetry.consumer import ControlConsumer
-from zico.tenants.models import Role, Tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_message_the_database_refuses_is_dropped_and_the_stream_goes_on(redis_server):
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+def test_a_message_the_database_refuses_is_dropped_and_the_stream_goes_on(redis_server, tenant_owner):
+    tenant, owner = tenant_owner
     job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params={"iterations": 10})
     r = redis.Redis.from_url(redis_server.url)
     consumer = ControlConsumer(redis_server.url, name="refused")

@@ -6,14 +6,12 @@ import re
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 
-from zico.cluster.models import Device, Placement
+from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -21,15 +19,12 @@ LONG = {"iterations": 400, "batch_size": 256, "image_size": 32}  # outlasts the 
 SHORT = {"iterations": 40, "batch_size": 128, "image_size": 32}
 
 
-def test_a_postgres_restart_is_waited_out_and_nothing_is_lost(private_postgres, stack, waiter):
+def test_a_postgres_restart_is_waited_out_and_nothing_is_lost(private_postgres, stack, waiter, tenant_owner):
     consumer = stack.consumer(lost_after_s=10)
     scheduler = stack.scheduler("--interval", "1")
     worker = stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
     first = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params=LONG)
     waiter(lambda: Job.objects.filter(pk=first.pk, status="running", progress_iteration__gt=0).exists(), 180,
            "the first job to run (profiled and placed by the scheduler)")

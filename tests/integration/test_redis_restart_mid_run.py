@@ -4,27 +4,22 @@ import time
 
 import pytest
 from celery import Celery
-from django.contrib.auth import get_user_model
 
-from zico.cluster.models import Device, Placement
+from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico.queues import cpu_queue
 from zico.telemetry.models import TelemetryGap, TimelinePoint
-from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_server, waiter):
+def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_server, waiter, tenant_owner):
     client = Celery("it", broker=redis_server.url, backend=redis_server.url)
     consumer = stack.consumer(lost_after_s=10)
     worker = stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
     job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn",
                      params={"iterations": 300, "batch_size": 256, "image_size": 32})
     job.transition("ready")

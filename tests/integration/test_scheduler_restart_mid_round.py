@@ -9,14 +9,12 @@ import time
 import pytest
 import redis
 from django.conf import settings
-from django.contrib.auth import get_user_model
 
 from workers.testing import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
 from zico.scheduling.service import Scheduler
-from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -36,14 +34,11 @@ def resent(job) -> list[str]:
                 .values_list("details__task", flat=True))
 
 
-def test_work_a_dead_scheduler_committed_but_never_sent_is_resent_and_runs_once(stack, waiter):
+def test_work_a_dead_scheduler_committed_but_never_sent_is_resent_and_runs_once(stack, waiter, tenant_owner):
     stack.consumer(lost_after_s=10)
     worker = stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
 
     # 1. profiling committed, task lost: the next scheduler resends profile_job, then places and runs the job
     first = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params=PARAMS)
@@ -92,14 +87,12 @@ def test_work_a_dead_scheduler_committed_but_never_sent_is_resent_and_runs_once(
           f"SIGTERM -> exit in {term_s:.2f} s")
 
 
-def test_a_scheduler_killed_while_jobs_are_queued_is_replaced_and_every_job_runs_once(stack, waiter):
+def test_a_scheduler_killed_while_jobs_are_queued_is_replaced_and_every_job_runs_once(stack, waiter, tenant_owner):
     """SIGKILL lands right after the first round commits (wherever the send then is); invariants only."""
     stack.consumer(lost_after_s=10)
     stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "WARNING")
     waiter(lambda: Device.objects.filter(node__host=stack.host).exists(), 120, "the worker's device registration")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    tenant, owner = tenant_owner
     jobs = [submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params=PARAMS) for _ in range(3)]
     ids = [j.pk for j in jobs]
 

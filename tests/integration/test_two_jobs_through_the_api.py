@@ -5,26 +5,21 @@ Real PostgreSQL, real Redis (private), and the real processes: control consumer,
 (``manage.py runscheduler``) and one CPU device worker started the documented way.
 """
 import pytest
-from django.contrib.auth import get_user_model
 from django.db.models import Max
 from rest_framework.test import APIClient
 
-from zico.cluster.models import Device
 from zico.jobs.models import Job
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.models import ApiToken, Role, Tenant
+from zico.tenants.models import ApiToken
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_two_api_jobs_share_the_device_and_succeed_within_its_budget(stack, waiter):
+def test_two_api_jobs_share_the_device_and_succeed_within_its_budget(stack, waiter, tenant_owner):
     stack.consumer(lost_after_s=15)
     stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "2", "--loglevel", "WARNING")
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
-    tenant = Tenant.objects.create(name="Acme", slug="acme")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
     _, secret = ApiToken.issue(owner, "test")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")

@@ -10,7 +10,6 @@ import time
 
 import pytest
 from celery import Celery
-from django.contrib.auth import get_user_model
 
 from workers import checkpoints
 from workers.testing import stop_process
@@ -18,7 +17,6 @@ from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico.queues import cpu_queue
-from zico.tenants.models import Role, Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -33,17 +31,14 @@ def place_and_send(client, job, device):
     return placement
 
 
-def test_a_killed_worker_loses_its_job_which_resumes_from_its_checkpoint(stack, redis_server, waiter, tmp_path):
+def test_a_killed_worker_loses_its_job_which_resumes_from_its_checkpoint(stack, redis_server, waiter, tmp_path, tenant_owner):
     client = Celery("it", broker=redis_server.url, backend=redis_server.url)
     stack.consumer(lost_after_s=5)
     worker_args = ("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--checkpoint-every", "1",
                    "--loglevel", "WARNING")
     worker = stack.worker(*worker_args)
-    device = waiter(lambda: Device.objects.select_related("node").filter(node__host=stack.host).first(), 120,
-                    "the worker's device registration")
-    tenant = Tenant.objects.create(name="T", slug="t")
-    owner = get_user_model().objects.create_user("owner")
-    tenant.add_member(owner, Role.OWNER)
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
     job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn",
                      params={"iterations": 300, "batch_size": 256, "image_size": 32})
     place_and_send(client, job, device)
