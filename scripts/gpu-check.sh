@@ -4,7 +4,9 @@
 #   2. run the gpu-marked tests                       — pytest -m gpu
 #   3. two real co-located CUDA jobs (ResNet-50 batch 64 and GPT-2 small) under a budget below the sum of
 #      their solo peaks, through the shared allocator and the coordinator — python -m workers.colocate
-#   4. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
+#   4. the CUDA estimate against real CUDA allocator traces of every catalog workload (small sizes)
+#      — python -m workers.curves.accuracy --device cuda:0
+#   5. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
 # Budget: < 8 minutes on one H200. Usage: scripts/gpu-check.sh   (OUT=dir to choose where reports go;
 # ZICO_WHEELHOUSE=dir of wheels to install missing Python packages offline; PYTHON=interpreter).
 set -uo pipefail
@@ -46,7 +48,7 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-log "1/3 building the allocator with nvcc"
+log "1/4 building the allocator with nvcc"
 if timeout 240 $PYTHON -m zico_allocator.build >> "$OUT/build.log" 2>&1 \
    && $PYTHON -c "from zico_allocator import build; assert build.cuda_library(), 'no CUDA upstream built'" >> "$OUT/build.log" 2>&1; then
   step_status build ok; log "   built (log: $OUT/build.log)"
@@ -54,10 +56,10 @@ else
   step_status build fail; log "   BUILD FAILED — see $OUT/build.log"; tail -20 "$OUT/build.log" >&2
 fi
 
-log "2/3 gpu-marked tests"
+log "2/4 gpu-marked tests"
 if $PYTHON -c "import pytest" 2>/dev/null; then
   plugins=""; $PYTHON -c "import pytest_django" 2>/dev/null || plugins="-p no:django"
-  timeout 150 $PYTHON -m pytest -m gpu tests -q -p no:cacheprovider $plugins --junitxml="$OUT/gpu-tests.xml" \
+  timeout 150 $PYTHON -m pytest -m gpu tests -q -rP -p no:cacheprovider $plugins --junitxml="$OUT/gpu-tests.xml" \
     > "$OUT/gpu-tests.log" 2>&1
   rc=$?
   step_status gpu_tests "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
@@ -66,7 +68,7 @@ else
   step_status gpu_tests "skipped(no pytest)"; log "   skipped: pytest is not installed"
 fi
 
-log "3/3 two co-located CUDA jobs under a budget below the sum of their solo peaks"
+log "3/4 two co-located CUDA jobs under a budget below the sum of their solo peaks"
 data=real
 $PYTHON -c "import sklearn" 2>/dev/null || data=synthetic
 timeout 270 $PYTHON -m workers.colocate --device cuda:0 \
@@ -77,6 +79,13 @@ timeout 270 $PYTHON -m workers.colocate --device cuda:0 \
 rc=$?
 step_status colocate "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
 [ -f "$OUT/colocate.md" ] && cat "$OUT/colocate.md" >&2 || tail -30 "$OUT/colocate.log" >&2
+
+log "4/4 CUDA estimate against real CUDA allocator traces"
+timeout 180 $PYTHON -m workers.curves.accuracy --device cuda:0 --steady 4 --data-dir "$ZICO_DATA_DIR" \
+  --out "$OUT/curve-accuracy-cuda.md" > "$OUT/curve-accuracy-cuda.log" 2>&1
+rc=$?
+step_status curve_accuracy "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
+tail -22 "$OUT/curve-accuracy-cuda.log" >&2
 
 $PYTHON - "$OUT" "$data" "$(( $(date +%s) - START ))" <<'PY'
 import json, sys, pathlib, subprocess

@@ -33,7 +33,7 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:,.1f}"
 
 
-def run(threads: int, data_dir: str, steady: int = 3) -> tuple[list[dict], list[dict]]:
+def run(threads: int, data_dir: str, steady: int = 3, device: str = "cpu") -> tuple[list[dict], list[dict]]:
     import torch
 
     from placement.curves import max_relative_error
@@ -45,13 +45,13 @@ def run(threads: int, data_dir: str, steady: int = 3) -> tuple[list[dict], list[
     torch.set_num_threads(threads)
     rows = []
     for key, params in SMALL:
-        trace = profile_trace(key, params, "cpu", data_dir, iterations=1 + steady)
+        trace = profile_trace(key, params, device, data_dir, iterations=1 + steady)
         real = trace_curve(trace, warmup=1, meta={"workload": key})
         first, *_, last = steady_iteration_curves(trace, warmup=1)
         noise = {"real_vs_real_max_error": max_relative_error(first, last),
                  "real_vs_real_within_2pct_shift": max_error_within_shift(first, last, 0.02)}
         t0 = time.perf_counter()
-        est = estimate_curve(key, params, "cpu", data_dir, warmup=1, steady=2)
+        est = estimate_curve(key, params, device, data_dir, warmup=1, steady=2)
         est_s = time.perf_counter() - t0
         row = {"key": key, "params": params, "real": real, "est": est, "estimate_s": est_s, **compare(est, real),
                **noise}
@@ -62,16 +62,16 @@ def run(threads: int, data_dir: str, steady: int = 3) -> tuple[list[dict], list[
               f"real iteration vs real iteration {noise['real_vs_real_max_error']:.1%}; estimate {est_s:.1f} s",
               flush=True)
     timing = []
-    for key, params, device in LARGE:
+    for key, params, target in LARGE:
         t0 = time.perf_counter()
-        est = estimate_curve(key, params, device, data_dir)
+        est = estimate_curve(key, params, target, data_dir)
         secs = time.perf_counter() - t0
-        timing.append({"key": key, "params": params, "device": device, "seconds": secs, "curve": est})
-        print(f"estimate {key} {params} for {device}: {secs:.1f} s, peak {_mib(est.peak_bytes)} MiB", flush=True)
+        timing.append({"key": key, "params": params, "device": target, "seconds": secs, "curve": est})
+        print(f"estimate {key} {params} for {target}: {secs:.1f} s, peak {_mib(est.peak_bytes)} MiB", flush=True)
     return rows, timing
 
 
-def markdown(rows: list[dict], timing: list[dict], threads: int) -> str:
+def markdown(rows: list[dict], timing: list[dict], threads: int, device: str = "cpu") -> str:
     import torch
 
     lines = [
@@ -92,7 +92,7 @@ def markdown(rows: list[dict], timing: list[dict], threads: int) -> str:
     for t in timing:
         p = ", ".join(f"{k}={v}" for k, v in t["params"].items())
         lines.append(f"| {t['key']} ({p}) | {t['device']} | {t['seconds']:.1f} | {_mib(t['curve'].peak_bytes)} |")
-    lines += ["", f"torch {torch.__version__}, {threads} intra-op thread(s), {rows[0]['real'].meta.get('iterations_averaged')}"
+    lines += ["", f"real runs on {device}, torch {torch.__version__}, {threads} intra-op thread(s), {rows[0]['real'].meta.get('iterations_averaged')}"
               " real steady iterations averaged (digits-cnn), "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
     return "\n".join(lines) + "\n"
@@ -105,15 +105,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     ap.add_argument("--save", type=Path, default=None, help="write every curve as JSON into this folder")
     ap.add_argument("--steady", type=int, default=3, help="real steady iterations averaged (default 3)")
+    ap.add_argument("--device", default="cpu",
+                    help="where the real runs go and what the estimates target (default cpu; cuda:0 on a GPU host)")
     args = ap.parse_args(argv)
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="zico-accuracy-")
-    rows, timing = run(args.threads, data_dir, args.steady)
+    rows, timing = run(args.threads, data_dir, args.steady, args.device)
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
         for r in rows:
             (args.save / f"{r['key']}-real.json").write_text(r["real"].to_json())
             (args.save / f"{r['key']}-estimate.json").write_text(r["est"].to_json())
-    table = markdown(rows, timing, args.threads)
+    table = markdown(rows, timing, args.threads, args.device)
     print(table)
     if args.out:
         args.out.write_text(table)
