@@ -56,19 +56,31 @@ def check_stream_rule():
     za.install_cuda(0)
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     n = 8 * MiB // 4
-    for _ in range(3):
+    torch.cuda._sleep(1)  # loads the kernel's module now (lazy loading), not inside the scenario
+    torch.cuda.synchronize()
+    for it in range(3):
+        steps = {}  # host seconds of each step, to name the one that blocks if S1 is done too early
         with torch.cuda.stream(s1):
             x = torch.empty(n, device="cuda")
-            torch.cuda._sleep(200_000_000)  # keeps S1 busy for a good fraction of a second
+            t = launched = time.monotonic()
+            torch.cuda._sleep(1_000_000_000)  # keeps S1 busy ~0.5 s (1e9 cycles at the H200's 1.98 GHz)
+            steps["sleep launch"], t = time.monotonic() - t, time.monotonic()
+            busy_after_launch = not s1.query()
             x.fill_(1.0)
+            steps["fill"], t = time.monotonic() - t, time.monotonic()
             ptr = x.data_ptr()
             del x  # freed on S1 while S1's fill is still queued
+            steps["free"], t = time.monotonic() - t, time.monotonic()
         with torch.cuda.stream(s2):
             start = time.monotonic()
             y = torch.empty(n, device="cuda")
-            alloc_s = time.monotonic() - start
+            alloc_s = steps["S2 alloc"] = time.monotonic() - start
             assert y.data_ptr() == ptr, "the block freed on S1 was not reused by S2"
-            assert not s1.query(), "S1 finished too early: the scenario did not test a pending event"
+            assert not s1.query(), (
+                f"iteration {it}: S1 finished too early ({time.monotonic() - launched:.3f} s after its sleep was "
+                f"launched; busy right after the launch: {busy_after_launch}; host seconds per step: "
+                + ", ".join(f"{k} {v:.4f}" for k, v in steps.items())
+                + "): the scenario did not test a pending event")
             y.fill_(2.0)
         torch.cuda.synchronize()
         assert alloc_s < 0.05, f"the CPU blocked {alloc_s:.3f} s: the rule must wait on the GPU, not the host"
@@ -124,13 +136,18 @@ def check_budget():
     za.set_budget(64 * MiB, device=0)
     za.set_budget_wait(0.0, device=0)
     held = []
+    # 20 MiB requests fill 20 MiB segments exactly (a request of 10 MiB or more gets a segment of
+    # its own size), so nothing is cached when the budget stops the fourth: the reason is "budget".
+    # (8 MiB requests would leave 4 MiB in each 20 MiB segment, and the cached 12 MiB would make the
+    # reason "fragmentation", by Note [Budget rule].)
     try:
         while True:
-            held.append(torch.empty(8 * MiB, dtype=torch.uint8, device="cuda"))
+            held.append(torch.empty(20 * MiB, dtype=torch.uint8, device="cuda"))
             assert len(held) < 64, "the budget was never enforced"
     except torch.OutOfMemoryError:
         pass
-    assert za.last_oom(0)["reason"] == "budget"
+    assert len(held) == 3, len(held)
+    assert za.last_oom(0)["reason"] == "budget", za.last_oom(0)
     assert za.memory_stats(device=0)["reserved_bytes.all.current"] <= 64 * MiB
     za.set_budget(128 * MiB, device=0)  # raised at run time: room again
     held.append(torch.empty(8 * MiB, dtype=torch.uint8, device="cuda"))

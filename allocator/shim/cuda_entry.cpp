@@ -5,10 +5,14 @@
 // alloc function returns, so a NULL (budget, capacity) would become a tensor at address 0 and an
 // illegal-address fault on first use, which poisons the CUDA context. This entry throws
 // c10::OutOfMemoryError instead, which torch turns into its ordinary torch.OutOfMemoryError
-// (torch/csrc/cuda/CUDAPluggableAllocator.cpp, torch 2.x).
+// (torch/csrc/cuda/CUDAPluggableAllocator.cpp, torch 2.x). That path is common, not exceptional:
+// cuDNN's algorithm search asks for workspaces that may not fit and catches the error to try the
+// next algorithm. The message is formatted with snprintf and handed to TORCH_CHECK as one C
+// string, which c10::str passes through without an ostream.
 #include <c10/util/Exception.h>
 
 #include <cstddef>
+#include <cstdio>
 
 #include "zico/zico.h"
 
@@ -17,8 +21,13 @@ extern "C" {
 void* zico_torch_cuda_malloc(size_t size, int device, void* stream) {
   void* p = zico_malloc(size, device, stream);
   if (!p && size > 0) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "Zico pool on CUDA device ", device, ": failed to allocate ", size,
-                     " bytes: ", zico_last_error(), " (zico_allocator.last_oom() has the reason and figures)");
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "Zico pool on CUDA device %d: failed to allocate %zu bytes: %s "
+                  "(zico_allocator.last_oom() has the reason and figures)",
+                  device, size, zico_last_error());
+    const char* text = msg;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, text);
   }
   return p;
 }

@@ -37,7 +37,7 @@ def build_root() -> Path:
 
 
 def _sources(*parts: str) -> list[Path]:
-    files: list[Path] = [SOURCE_DIR / "CMakeLists.txt"]
+    files: list[Path] = [SOURCE_DIR / "CMakeLists.txt", SOURCE_DIR / "exports.map"]
     for part in parts:
         files += [p for p in (SOURCE_DIR / part).rglob("*") if p.is_file()]
     return files
@@ -120,7 +120,7 @@ def ensure_shim() -> Path:
     out_dir = build_root() / "shim" / f"torch-{torch.__version__}"
     lib = out_dir / SHIM_LIB
     sources = [SOURCE_DIR / "shim" / name for name in SHIM_SOURCES]
-    sources += [SOURCE_DIR / "include" / "zico" / "zico.h", core]
+    sources += [SOURCE_DIR / "include" / "zico" / "zico.h", SOURCE_DIR / "exports.map", core]
     if not _stale(lib, sources):
         return lib
     with _lock(build_root()):
@@ -133,7 +133,8 @@ def ensure_shim() -> Path:
             cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
             cmd += [f"-I{SOURCE_DIR / 'include'}", *(str(SOURCE_DIR / "shim" / n) for n in SHIM_SOURCES),
                     "-o", str(lib) + ".tmp", f"-L{torch_lib}", "-lc10", f"-L{core.parent}", "-lzico_core",
-                    f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{core.parent}"]
+                    f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{core.parent}",
+                    f"-Wl,--version-script={SOURCE_DIR / 'exports.map'}"]
             _run(cmd)
             os.replace(str(lib) + ".tmp", lib)
     return lib
