@@ -27,10 +27,12 @@ def test_a_fresh_cuda_snapshot_imports_to_the_peak_torch_reports(tmp_path):
         torch.cuda.memory._dump_snapshot(str(path))
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-    peak = torch.cuda.max_memory_allocated()
+    peak = torch.cuda.memory_stats()["requested_bytes.all.peak"]  # the trace's unit (see snapshot.py)
     curve = snapshot_curve(path)
     assert curve.meta["trace_peak_bytes"] == peak
     est = estimate_curve("resnet18", params, "cuda:0", tmp_path)
     print("resnet18 cuda: snapshot window", curve.meta["window"], "peak", curve.peak_bytes,
           "estimate", est.peak_bytes, compare(est, curve))
-    assert abs(est.peak_bytes / peak - 1) < 0.25  # workspaces and kernel choice differ; see docs/curves.md
+    # Measured on an H200 (torch 2.11): estimate 215.2 MiB against 225.2 MiB (-4.4 %); the rest is
+    # cuDNN's per-call workspace, which the estimate does not see (docs/curves.md).
+    assert abs(est.peak_bytes / peak - 1) < 0.10

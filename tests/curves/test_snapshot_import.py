@@ -15,7 +15,8 @@ def direct_peak(path):
     """Oracle: peak live bytes by a plain walk over the trace, independent of the importer."""
     snap = pickle.loads(path.read_bytes())  # trusted here: the test's own fixture files
     trace = max(snap["device_traces"], key=len)
-    end_live = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    end_live = sum(b.get("requested_size", b["size"]) for s in snap["segments"] for b in s["blocks"]
+                   if b["state"] == "active_allocated")  # the trace's unit: requested bytes
     net = sum(e["size"] if e["action"] == "alloc" else -e["size"] for e in trace
               if e["action"] in ("alloc", "free_completed"))
     live = peak = end_live - net
