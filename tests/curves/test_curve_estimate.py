@@ -76,4 +76,17 @@ def test_a_cuda_target_does_not_store_attention_scores_as_the_cpu_math_kernel_do
     cuda = estimate_curve("tiny-lm", params, "cuda:0", tmp_path, steady=1)
     scores = 4 * 4 * 512 * 512 * 4  # batch x heads x seq x seq fp32, one tensor of one layer
     # the CPU path keeps scores, softmax, dropout mask and dropout output for both layers
-    assert cpu.peak_bytes - cuda.peak_bytes > 2 * 2 * scores
+    cuda_tensors = cuda.peak_bytes - cuda.meta["blas_workspace_bytes"]  # workspaces: see the test below
+    assert cpu.peak_bytes - cuda_tensors > 2 * 2 * scores
+
+
+def test_a_cuda_target_holds_one_cublas_workspace_per_thread_that_runs_matmuls(tmp_path):
+    from workers.curves.costs import HOPPER_BLAS_WORKSPACE_BYTES
+
+    params = {"batch_size": 2, "seq_len": 64, "data": "synthetic"}
+    cpu = estimate_curve("tiny-lm", params, "cpu", tmp_path, steady=1)
+    cuda = estimate_curve("tiny-lm", params, "cuda:0", tmp_path, steady=1)
+    # forward on the job's thread and backward on autograd's: two (handle, stream) pairs, kept for good
+    assert cpu.meta["blas_workspace_bytes"] == 0
+    assert cuda.meta["blas_workspace_bytes"] == 2 * HOPPER_BLAS_WORKSPACE_BYTES
+    assert cuda.persistent_bytes - cpu.persistent_bytes == 2 * HOPPER_BLAS_WORKSPACE_BYTES

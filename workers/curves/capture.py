@@ -13,6 +13,7 @@ records lost between drains cannot skew it.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from pathlib import Path
@@ -91,14 +92,17 @@ def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = 
     # so the curve holds what the job itself allocates (as the estimate counts it).
     preload_data(job_params(key, params), data_dir)
     records: list[Any] = []
-    with za.bind(job_id):
+    # CUDA: the job runs on a stream of its own, so the stream binding reaches the backward pass,
+    # which allocates from autograd's device thread (the default stream is never bound; see bind).
+    stream = torch.cuda.Stream(target) if target.type == "cuda" else None
+    with (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()), za.bind(job_id):
         job = create_training_job(key, params, device=str(target), data_dir=data_dir)
         marks = AllocatorMarks(za, job_id)
         records.extend(za.drain_trace())
         for i in range(iterations):
             job.run_iteration(i, marks)
-            if target.type == "cuda":
-                torch.cuda.synchronize(target)
+            if stream is not None:
+                stream.synchronize()
             records.extend(za.drain_trace())
         del job
     records.extend(za.drain_trace())

@@ -47,6 +47,9 @@ class DeviceCost:
     overhead_s: float
     phase_overhead_s: tuple[tuple[str, float], ...] = ()
     conv_flops_per_s: float | None = None  # convolutions, when they run at another rate than matmuls
+    # Bytes of the cuBLAS workspace torch keeps per (thread's cuBLAS handle, stream) once a matmul ran
+    # there; 0 where no such workspace exists (CPU). See Note [cuBLAS workspaces] in estimate.py.
+    blas_workspace_bytes: int = 0
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
         """Modelled seconds of one aten operator call issued in ``phase``."""
@@ -67,8 +70,13 @@ class DeviceCost:
         return dict(self.phase_overhead_s).get(phase, self.overhead_s) + seconds
 
 
+# PyTorch's default cuBLAS workspace on compute capability 9.x (Hopper): 4096 KiB x 8 = 32 MiB
+# (aten/src/ATen/cuda/CublasHandlePool.cpp, getChosenWorkspaceSize; 4096 KiB x 2 + 16 KiB x 8 on
+# older GPUs; CUBLAS_WORKSPACE_CONFIG overrides it). cuBLASLt shares it by default.
+HOPPER_BLAS_WORKSPACE_BYTES = 4096 * 1024 * 8
+
 CUDA_COST = DeviceCost("cuda-h100-class", flops_per_s=0.5 * 67e12, half_flops_per_s=0.5 * 989e12,
-                       bytes_per_s=0.7 * 4.8e12, overhead_s=6e-6)
+                       bytes_per_s=0.7 * 4.8e12, overhead_s=6e-6, blas_workspace_bytes=HOPPER_BLAS_WORKSPACE_BYTES)
 
 
 @lru_cache(maxsize=1)
