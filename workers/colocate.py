@@ -116,7 +116,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
                      "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
                      "peak_reserved_bytes_solo": reserved_peak})
     solo_sum = sum(c.peak_bytes for c in curves)
-    floor = feasible_floor(curves, [s["peak_reserved_bytes_solo"] for s in solo])
+    # The gate plans below the budget (Note [Gate headroom]); the floor leaves it room to co-run the jobs.
+    floor = feasible_floor(curves, [s["peak_reserved_bytes_solo"] for s in solo]) / (1 - gate_headroom)
     budget = int(max(budget_fraction * solo_sum, floor))
     gc.collect()  # the profiled models hold reference cycles; free them before the budget applies
     if device.startswith("cuda"):

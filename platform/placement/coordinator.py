@@ -15,6 +15,18 @@ jumps ahead of an earlier waiter in a way that delays it (no starvation: this is
 at iteration granularity), yet a job whose iteration fits in a gap before an earlier waiter's
 reservation starts at once. Reservations are recomputed at every decision from live progress,
 so budget changes and slower-than-predicted jobs take effect at the next decision.
+
+Note [Running alone]
+~~~~~~~~~~~~~~~~~~~~
+A job whose iteration cannot fit under the budget beside the others' commitments at any delay
+(``least_delay_s`` is None) would wait for a budget change forever. When no iteration is in
+flight and it heads the line, it starts anyway, alone: nothing the coordinator can do makes more
+room, and the allocator's budget (and its deadlock rule) still bounds what it takes. The admission
+is recorded as a delay with reason ``"alone"`` (or ``"infeasible"`` if it first had to wait for
+others to finish). Jobs behind it in the line wait (reason ``"line"``) until it has started, so
+it is not starved by others that fit and keep starting. Found on an H200: a worker's gate plans 15 % below the device budget (Note [Gate
+headroom] in workers.device), and GPT-2 small's peak fell between the two, so its first iteration
+waited forever.
 """
 from __future__ import annotations
 
@@ -39,7 +51,8 @@ class Decision:
         delay_s: when not admitted, seconds after which to ask again; None when the job cannot
             run under the current budget at all (wait for a budget change or a job to leave).
         reason: ``"budget"`` (its iteration would push the device over budget), ``"line"``
-            (an earlier waiter goes first) or ``"infeasible"``; ``""`` when admitted.
+            (an earlier waiter goes first) or ``"infeasible"``; ``""`` when admitted, ``"alone"``
+            when admitted although its iteration does not fit (Note [Running alone]).
     """
 
     admit: bool
@@ -233,13 +246,18 @@ class Coordinator:
         line = sorted((s.requested_at, i, j) for i, (j, s) in enumerate(self._jobs.items())
                       if s.requested_at is not None and not s.in_flight)
         reserved: dict[Hashable, float] = {}
+        alone_ahead = False  # an earlier waiter will run alone next (Note [Running alone])
         for _, _, waiter in line:
+            if waiter == job_id and alone_ahead:
+                return Decision(False, None, "line")
             others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
             me = Commitment(ws.curve, ws.iteration_s, loaded=ws.loaded)
             delay = least_delay_s(me, others, self._budget, dt)
             if waiter == job_id:
                 if delay is None:
+                    if waiter == line[0][2] and not any(s.in_flight for s in self._jobs.values()):
+                        return Decision(True, 0.0, "alone")  # Note [Running alone]
                     return Decision(False, None, "infeasible")
                 if delay <= 0.0:
                     return Decision(True, 0.0)
@@ -250,6 +268,8 @@ class Coordinator:
                 return Decision(False, delay, "budget" if alone and alone > 0 else "line")
             if delay is not None:
                 reserved[waiter] = delay
+            else:
+                alone_ahead = True
         raise AssertionError("requester missing from the waiting line")  # pragma: no cover
 
     def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:

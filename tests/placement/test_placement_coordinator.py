@@ -69,6 +69,32 @@ def test_below_the_minimal_budget_the_answer_is_wait_for_a_change():
     assert coord.request_start("b").admit
 
 
+def test_a_job_that_never_fits_runs_alone_once_nothing_is_in_flight():
+    clock = Clock()
+    coord = _pair((P + M0) * 0.9, clock)          # b's iteration never fits beside a's M0
+    assert coord.request_start("a").admit
+    assert coord.request_start("b").reason == "infeasible"   # a is running: b waits
+    clock.t += 0.5
+    coord.end_iteration("a")
+    d = coord.request_start("b")                   # nothing in flight: b runs alone
+    assert d.admit and d.reason == "alone"
+    assert [(r.job_id, r.reason) for r in coord.delays] == [("b", "infeasible")]
+    assert coord.delays[0].delay_ms == pytest.approx(500.0)
+    assert coord.request_start("a").reason == "infeasible"   # and a waits for b in turn
+
+
+def test_a_job_that_never_fits_waits_behind_an_earlier_waiter():
+    clock = Clock()
+    coord = _pair((P + M0) * 0.9, clock)
+    assert coord.request_start("a").admit
+    assert not coord.request_start("b").admit     # b waits first
+    clock.t += 0.5
+    coord.end_iteration("a")
+    d = coord.request_start("a")                  # a fits, but it is behind b in the line
+    assert (d.admit, d.reason) == (False, "line")
+    assert coord.request_start("b").reason == "alone"
+
+
 def test_a_newcomer_waits_until_its_persistent_bytes_fit_beside_every_commitment():
     clock = Clock()
     tall = triangular_curve(M0, P, iteration_s=1.0)
