@@ -9,7 +9,8 @@
 #   5. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
 # A step past its time limit is stopped with SIGABRT, so Python's faulthandler prints every thread's stack.
 # Budget: < 8 minutes on one H200. Usage: scripts/gpu-check.sh   (OUT=dir to choose where reports go;
-# ZICO_WHEELHOUSE=dir of wheels to install missing Python packages offline; PYTHON=interpreter).
+# ZICO_WHEELHOUSE=dir of wheels to install missing Python packages offline — scripts/gpu-wheels.sh fetches
+# them on a machine with network access; PYTHON=interpreter).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -37,7 +38,7 @@ fi
 
 # Missing pure-Python dependencies (pytest, transformers, ...) can come from a local wheelhouse, offline.
 need=()
-for mod in pytest transformers jsonschema numpy redis; do
+for mod in pytest transformers jsonschema numpy redis celery django; do
   $PYTHON -c "import $mod" 2>/dev/null || need+=("$mod")
 done
 if [ ${#need[@]} -gt 0 ]; then
