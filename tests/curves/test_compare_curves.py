@@ -2,7 +2,7 @@
 import pytest
 
 from placement.curves import MemoryCurve, max_relative_error, triangular_curve
-from workers.curves.compare import align_phases, compare, max_error_within_shift
+from workers.curves.compare import align_phases, compare, max_error_binned, max_error_within_shift
 
 
 def with_phases(curve, backward, optimizer):
@@ -44,3 +44,19 @@ def test_a_small_time_shift_is_forgiven_within_the_band_but_a_wrong_amount_is_no
     assert max_error_within_shift(early, base, 0.0) == pytest.approx(100 / 110)
     assert max_error_within_shift(taller, base, 0.02) == pytest.approx(10 / 120)
     assert max_error_within_shift(base, taller, 0.02) == pytest.approx(10 / 120)
+
+
+def step_curve(at, high=100.0, low=10.0):
+    """low until ``at``, then high until 0.9, then low: one tall step."""
+    return MemoryCurve([0.0, at, 0.9], [low, high, low], 1.0, low, "estimate")
+
+
+def test_binned_error_forgives_a_step_moved_within_its_bin_only():
+    ref = step_curve(0.5)
+    inside = step_curve(0.5 + 0.5 / 256)       # half a bin late: same bins
+    two_bins = step_curve(0.5 + 2.5 / 256)     # two bins late
+    assert max_relative_error(inside, ref) > 0.5  # the point metric charges the whole step
+    assert max_error_binned(inside, ref) == 0.0
+    assert max_error_binned(two_bins, ref) == pytest.approx(0.9)
+    assert max_error_binned(step_curve(0.5, high=80.0), ref) == pytest.approx(0.2)  # a wrong amount counts
+    assert compare(inside, ref)["max_error_binned"] == 0.0

@@ -38,7 +38,7 @@ def run(threads: int, data_dir: str, steady: int = 3, device: str = "cpu") -> tu
 
     from placement.curves import max_relative_error
     from workers.curves.capture import profile_trace
-    from workers.curves.compare import compare, max_error_within_shift
+    from workers.curves.compare import compare, max_error_binned, max_error_within_shift
     from workers.curves.estimate import estimate_curve
     from workers.curves.trace import steady_iteration_curves, trace_curve
 
@@ -49,6 +49,7 @@ def run(threads: int, data_dir: str, steady: int = 3, device: str = "cpu") -> tu
         real = trace_curve(trace, warmup=1, meta={"workload": key})
         first, *_, last = steady_iteration_curves(trace, warmup=1)
         noise = {"real_vs_real_max_error": max_relative_error(first, last),
+                 "real_vs_real_binned": max_error_binned(first, last),
                  "real_vs_real_within_2pct_shift": max_error_within_shift(first, last, 0.02)}
         t0 = time.perf_counter()
         est = estimate_curve(key, params, device, data_dir, warmup=1, steady=2)
@@ -58,7 +59,8 @@ def run(threads: int, data_dir: str, steady: int = 3, device: str = "cpu") -> tu
         rows.append(row)
         print(f"{key:11s} peak real {_mib(real.peak_bytes)} MiB est {_mib(est.peak_bytes)} MiB "
               f"({row['peak_error']:+.2%}); max error {row['max_error']:.1%}, phase-aligned "
-              f"{row['max_error_phase_aligned']:.1%}, within 2 % shift {row['max_error_within_2pct_shift']:.1%}; "
+              f"{row['max_error_phase_aligned']:.1%}, within 2 % shift {row['max_error_within_2pct_shift']:.1%}, "
+              f"256 bins {row['max_error_binned']:.1%}; "
               f"real iteration vs real iteration {noise['real_vs_real_max_error']:.1%}; estimate {est_s:.1f} s",
               flush=True)
     timing = []
@@ -77,8 +79,9 @@ def markdown(rows: list[dict], timing: list[dict], threads: int, device: str = "
     lines = [
         "| workload | params | real peak MiB | estimate peak MiB | peak error | real persistent MiB | "
         "estimate persistent MiB | max error | max error, phase-aligned | max error, 2 % shift allowed | "
-        "real vs real: max error (2 % shift) | real iteration s | modelled iteration s | estimate wall s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "max error, 256 bins | "
+        "real vs real: max error (2 % shift; 256 bins) | real iteration s | modelled iteration s | estimate wall s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         p = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "defaults"
@@ -86,7 +89,8 @@ def markdown(rows: list[dict], timing: list[dict], threads: int, device: str = "
             f"| {r['key']} | {p} | {_mib(r['real'].peak_bytes)} | {_mib(r['est'].peak_bytes)} | "
             f"{r['peak_error']:+.2%} | {_mib(r['real'].persistent_bytes)} | {_mib(r['est'].persistent_bytes)} | "
             f"{r['max_error']:.1%} | {r['max_error_phase_aligned']:.1%} | {r['max_error_within_2pct_shift']:.1%} | "
-            f"{r['real_vs_real_max_error']:.1%} ({r['real_vs_real_within_2pct_shift']:.1%}) | {r['real'].iteration_s:.3f} | "
+            f"{r['max_error_binned']:.1%} | "
+            f"{r['real_vs_real_max_error']:.1%} ({r['real_vs_real_within_2pct_shift']:.1%}; {r['real_vs_real_binned']:.1%}) | {r['real'].iteration_s:.3f} | "
             f"{r['est'].iteration_s:.3f} | {r['estimate_s']:.1f} |")
     lines += ["", "| estimate | target | wall seconds | estimated peak MiB |", "|---|---|---:|---:|"]
     for t in timing:

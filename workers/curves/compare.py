@@ -7,7 +7,8 @@ warps a curve's time axis piecewise-linearly so its phase starts (forward, backw
 from the marks recorded in ``meta["phase_fractions"]``) fall where another curve's do, which
 separates the two kinds of error. A scheduler holding a running job's measured phase fractions
 can apply the same warp to an estimate. ``max_error_within_shift`` forgives a step that comes a
-little early or late (a tolerance band in time) but not a wrong amount of memory.
+little early or late (a tolerance band in time) but not a wrong amount of memory;
+``max_error_binned`` compares the curves at the coordinator's own resolution.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from placement.curves import MemoryCurve, max_relative_error
+from placement.coordinator import DEFAULT_RESOLUTION
+from placement.curves import MemoryCurve, max_relative_error, resample
 
 PHASES = ("backward", "optimizer")  # forward starts at 0 in both
 
@@ -70,6 +72,14 @@ def max_error_within_shift(a: MemoryCurve, b: MemoryCurve, shift: float = 0.02, 
     return float(max(out_a.max(), out_b.max()) / max(a.peak_bytes, b.peak_bytes, 1.0))
 
 
+def max_error_binned(a: MemoryCurve, b: MemoryCurve, n: int = DEFAULT_RESOLUTION) -> float:
+    """Largest difference of the two curves as the coordinator sees them — resampled to ``n`` bins
+    per iteration, each bin its maximum (``placement.curves.resample``; the coordinator decides on
+    ``DEFAULT_RESOLUTION`` = 256 bins) — relative to the larger peak. A step that moves within
+    its bin costs nothing; a wrong amount costs in full. Raises ValueError for n < 1."""
+    return float(np.abs(resample(a, n) - resample(b, n)).max() / max(a.peak_bytes, b.peak_bytes, 1.0))
+
+
 def compare(estimate: MemoryCurve, reference: MemoryCurve) -> dict[str, Any]:
     """Figures of ``estimate`` against ``reference`` (ratios are relative to the reference, the
     max errors relative to the larger peak, as ``max_relative_error``)."""
@@ -79,6 +89,7 @@ def compare(estimate: MemoryCurve, reference: MemoryCurve) -> dict[str, Any]:
         if reference.persistent_bytes else None,
         "max_error": max_relative_error(estimate, reference),
         "max_error_within_2pct_shift": max_error_within_shift(estimate, reference, 0.02),
+        "max_error_binned": max_error_binned(estimate, reference),
         "iteration_s_ratio": estimate.iteration_s / reference.iteration_s,
     }
     try:
