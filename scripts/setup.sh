@@ -34,7 +34,8 @@ ensure_system_packages() {  # what the demo needs; tests add postgresql and chro
 
 ensure_test_system_packages() {
   ensure_system_packages
-  apt_install postgresql chromium chromium-driver
+  # docker-compose: the deployment test validates docker-compose.yml with `docker-compose config`
+  apt_install postgresql chromium chromium-driver docker-compose
 }
 
 ensure_venv() {
