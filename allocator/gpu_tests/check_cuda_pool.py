@@ -56,7 +56,17 @@ def check_stream_rule():
     za.install_cuda(0)
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
     n = 8 * MiB // 4
-    torch.cuda._sleep(1)  # loads the kernel's module now (lazy loading), not inside the scenario
+    # Every kernel the scenario launches runs once first. With CUDA's lazy module loading (the default
+    # since CUDA 12), the first launch of a kernel loads its module, which may wait for the device —
+    # here for S1's sleep. The first H200 run saw the host blocked for the whole sleep somewhere
+    # between the launch and S2's allocation; fill_'s first launch is the likely culprit (unverified).
+    for stream in (s1, s2):
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(1)
+            w = torch.empty(n, device="cuda")
+            w.fill_(1.0)
+            assert bool((w == 1.0).all())
+            del w
     torch.cuda.synchronize()
     for it in range(3):
         steps = {}  # host seconds of each step, to name the one that blocks if S1 is done too early
