@@ -43,8 +43,11 @@ for mod in pytest transformers jsonschema numpy redis celery django; do
 done
 if [ ${#need[@]} -gt 0 ]; then
   if [ -n "${ZICO_WHEELHOUSE:-}" ]; then
-    log "installing from $ZICO_WHEELHOUSE (offline): ${need[*]}"
-    $PYTHON -m pip install --no-index --find-links "$ZICO_WHEELHOUSE" "${need[@]}" >> "$OUT/gpu-check.log" 2>&1
+    # every wheel there (scripts/gpu-wheels.sh fetches a consistent set), not the missing names one by
+    # one: a name with no wheel in the folder (numpy, say) would fail the whole install
+    log "missing: ${need[*]}; installing the wheels in $ZICO_WHEELHOUSE (offline)"
+    $PYTHON -m pip install --no-index --no-deps "$ZICO_WHEELHOUSE"/*.whl >> "$OUT/gpu-check.log" 2>&1 \
+      || log "   wheel install failed (see $OUT/gpu-check.log)"
   else
     log "missing Python packages: ${need[*]} (set ZICO_WHEELHOUSE to install them offline)"
   fi

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -118,6 +119,8 @@ def _validate(f: np.ndarray, b: np.ndarray, iteration_s: float, persistent: floa
 
 
 # -- loading ------------------------------------------------------------------------
+_DEVICE = re.compile(r"cpu|cuda:\d{1,2}")  # the contract's device names (a missing one means "cpu")
+
 def curve_from_dict(d: Any) -> MemoryCurve:
     """Build a curve from the contract's JSON object.
 
@@ -140,6 +143,14 @@ def curve_from_dict(d: Any) -> MemoryCurve:
     for key in ("iteration_s", "persistent_bytes"):
         if not _is_number(d[key]):
             raise CurveError(f"{key}: expected a number, got {type(d[key]).__name__}")
+    if "peak_bytes" in d and not _is_number(d["peak_bytes"]):
+        raise CurveError(f"peak_bytes: expected a number, got {type(d['peak_bytes']).__name__}")
+    device = d.get("device", "cpu")
+    if not (isinstance(device, str) and _DEVICE.fullmatch(device)):
+        raise CurveError(f"device: expected 'cpu' or 'cuda:N', got {device!r}")
+    meta = d.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise CurveError(f"meta: expected a JSON object, got {type(meta).__name__}")
     arr = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
     curve = MemoryCurve(
         fractions=arr[:, 0],
@@ -147,10 +158,10 @@ def curve_from_dict(d: Any) -> MemoryCurve:
         iteration_s=float(d["iteration_s"]),
         persistent_bytes=float(d["persistent_bytes"]),
         source=d["source"],
-        device=str(d.get("device", "cpu")),
-        meta=dict(d.get("meta") or {}),
+        device=device,
+        meta=dict(meta),
     )
-    if "peak_bytes" in d and _is_number(d["peak_bytes"]):
+    if "peak_bytes" in d:
         if abs(float(d["peak_bytes"]) - curve.peak_bytes) > max(1.0, 1e-6 * curve.peak_bytes):
             raise CurveError(f"peak_bytes: {d['peak_bytes']} disagrees with the points' peak {curve.peak_bytes:.0f}")
     return curve

@@ -41,8 +41,55 @@ def test_json_to_stdout_is_the_json_alone_and_the_summary_goes_to_stderr(curve_f
 
 def test_bad_points_are_refused_before_the_snapshot_is_read():
     # The snapshot does not exist: the error must be about --points, so nothing was read first.
-    with pytest.raises(CommandError, match="--points: must be >= 1, got 0"):
+    with pytest.raises(CommandError, match=r"--points: must lie in 1\.\.100000, got 0"):
         run("import", "/nonexistent.pickle", "--points", "0")
+    with pytest.raises(CommandError, match=r"--points: must lie in 1\.\.100000, got 100000000"):
+        run("import", "/nonexistent.pickle", "--points", "100000000")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--warmup", "-1"], "--warmup: must be >= 0, got -1"),
+    (["--steady", "0"], "--steady: must be >= 1, got 0"),
+    (["--steady", "-3"], "--steady: must be >= 1, got -3"),
+])
+@pytest.mark.parametrize("action", ["estimate", "profile"])
+def test_iteration_counts_are_checked_before_any_run(action, args, message):
+    with pytest.raises(CommandError, match=message):
+        run(action, "digits-cnn", *args)
+
+
+def test_an_option_is_never_taken_for_a_longer_one():
+    # argparse would read --device as --device-index on import (allow_abbrev); refused instead
+    with pytest.raises(CommandError, match="unrecognized arguments: --device"):
+        run("import", "/nonexistent.pickle", "--device", "cuda:1")
+
+
+def test_points_resamples_what_the_summary_reports(curve_file):
+    out, _ = run("show", str(curve_file), "--points", "7")
+    assert "points      7" in out
+
+
+def test_profiling_where_the_allocator_cannot_run_is_a_command_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    with pytest.raises(CommandError, match="profile on cuda:0: "):
+        run("profile", "digits-cnn", "--device", "cuda:0")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"meta": ["a", "list"]}, "meta: expected a JSON object, got list"),
+    ({"peak_bytes": "big"}, "peak_bytes: expected a number, got str"),
+    ({"peak_bytes": True}, "peak_bytes: expected a number, got bool"),
+    ({"device": "tpu"}, "device: expected 'cpu' or 'cuda:N', got 'tpu'"),
+    ({"device": 0}, "device: expected 'cpu' or 'cuda:N', got 0"),
+])
+def test_show_refuses_a_curve_with_a_malformed_field(tmp_path, change, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**CURVE, **change}))
+    with pytest.raises(CommandError, match=message):
+        run("show", str(path))
 
 
 def test_a_negative_device_index_is_refused():

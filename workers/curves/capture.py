@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from placement.curves import CurveError, MemoryCurve
-from workers.curves.trace import Trace, trace_curve
+from workers.curves.trace import Trace, check_iterations, trace_curve
 
 PHASE_MARKS = ("forward", "backward", "optimizer")
 _job_ids = itertools.count(900_000)  # profiling job ids, apart from the scheduler's job ids
@@ -125,6 +125,7 @@ def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = 
     """
     import torch
 
+    check_iterations(warmup, steady)
     wall = time.perf_counter()
     trace = profile_trace(key, params, device, data_dir, iterations=warmup + steady, job_id=job_id)
     target = torch.device(device)

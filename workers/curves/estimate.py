@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 
 from placement.curves import MemoryCurve
 from workers.curves.costs import DeviceCost, cost_for
-from workers.curves.trace import Trace, trace_curve
+from workers.curves.trace import Trace, check_iterations, trace_curve
 from workers.workloads.training import TrainingJob, build_parts
 
 # PyTorch's CUDA caching allocator rounds every request up to 512 bytes (kMinBlockSize).
@@ -216,12 +216,13 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
 
     Raises:
         UnknownWorkload, ParamsError: bad key or params.
-        ValueError: a device other than cpu or cuda[:N].
+        ValueError: a device other than cpu or cuda[:N]; warmup < 0 or steady < 1.
         CurveError: the run produced no usable iteration.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     wall = time.perf_counter()
+    check_iterations(warmup, steady)
     try:
         target = torch.device(device)
     except RuntimeError as exc:

@@ -56,6 +56,14 @@ class Trace:
         return self.initial_bytes + cum[idx]
 
 
+def check_iterations(warmup: int, steady: int) -> None:
+    """Raise ValueError naming ``warmup`` (an integer >= 0 is needed) or ``steady`` (>= 1)."""
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup: expected an integer >= 0, got {warmup!r}")
+    if isinstance(steady, bool) or not isinstance(steady, int) or steady < 1:
+        raise ValueError(f"steady: expected an integer >= 1, got {steady!r}")
+
+
 def records_to_trace(records: Iterable[dict[str, Any]], job: Any = None, initial_bytes: float = 0.0) -> Trace:
     """Parse plain records (see module doc) into a :class:`Trace`.
 

@@ -20,6 +20,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
+MAX_POINTS = 100_000  # more points than any scheduler or chart uses; bounds --points' memory
+
+
 def _mib(b: float) -> str:
     return f"{b / 2**20:,.1f} MiB ({int(b):,} bytes)"
 
@@ -50,30 +53,33 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="{list,estimate,profile,import,show}")
-        sub.add_parser("list", help="catalog workloads and their default params")
+        # allow_abbrev=False: "--device" must not be taken for "--device-index" (import) or any other option
+        sub.add_parser("list", help="catalog workloads and their default params", allow_abbrev=False)
         for name, text in (("estimate", "CPU estimate with fake tensors (no GPU, no real memory)"),
                            ("profile", "real short run on this machine through the Zico allocator")):
-            p = sub.add_parser(name, help=text)
+            p = sub.add_parser(name, help=text, allow_abbrev=False)
             p.add_argument("workload", help="catalog key, e.g. gpt2-small")
             p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                            help="a workload parameter (repeatable); values are read as JSON")
             p.add_argument("--params-json", default=None, help="all params as one JSON object")
             p.add_argument("--device", default="cpu", help="target device: cpu or cuda[:N] (default cpu)")
-            p.add_argument("--warmup", type=int, default=1, help="iterations skipped (default 1)")
-            p.add_argument("--steady", type=int, default=None, help="iterations averaged")
+            p.add_argument("--warmup", type=int, default=1, help="iterations skipped (default 1, >= 0)")
+            p.add_argument("--steady", type=int, default=None,
+                           help="iterations averaged (>= 1; default 2 for estimate, 3 for profile)")
             self._output_args(p)
-        p = sub.add_parser("import", help="a torch.cuda.memory._dump_snapshot pickle")
+        p = sub.add_parser("import", help="a torch.cuda.memory._dump_snapshot pickle", allow_abbrev=False)
         p.add_argument("snapshot", type=Path)
         p.add_argument("--device-index", type=int, default=None, help="trace of this device (default: busiest)")
         self._output_args(p)
-        p = sub.add_parser("show", help="a curve JSON file")
+        p = sub.add_parser("show", help="a curve JSON file", allow_abbrev=False)
         p.add_argument("curve", type=Path)
         self._output_args(p)
 
     @staticmethod
     def _output_args(p: CommandParser) -> None:
         p.add_argument("--json", dest="json_out", default=None, metavar="PATH", help="write the curve ('-': stdout)")
-        p.add_argument("--points", type=int, default=None, help="resample to N points before writing")
+        p.add_argument("--points", type=int, default=None,
+                       help=f"resample to N points (1..{MAX_POINTS:,}; bin maxima) for the summary and the JSON")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         from placement.curves import CurveError
@@ -90,16 +96,24 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except ValueError as exc:  # SnapshotError and other bad input
             raise CommandError(str(exc)) from exc
+        if opts["points"] is not None:
+            from placement.curves import resampled_curve
+
+            curve = resampled_curve(curve, opts["points"])
         # With the JSON on stdout the summary goes to stderr, so that stdout is the JSON alone.
         self._print_summary(curve, self.stderr if opts["json_out"] == "-" else self.stdout)
-        self._write(curve, opts["json_out"], opts["points"])
+        self._write(curve, opts["json_out"])
 
     @staticmethod
     def _check_args(opts: dict[str, Any]) -> None:
-        """Raise CommandError for --points < 1, a negative --device-index, or a --json path that cannot be
-        written (its folder missing, or the path a folder)."""
-        if opts.get("points") is not None and opts["points"] < 1:
-            raise CommandError(f"--points: must be >= 1, got {opts['points']}")
+        """Raise CommandError for --points outside 1..MAX_POINTS, --warmup < 0, --steady < 1, a negative
+        --device-index, or a --json path that cannot be written (its folder missing, or the path a folder)."""
+        if opts.get("points") is not None and not 1 <= opts["points"] <= MAX_POINTS:
+            raise CommandError(f"--points: must lie in 1..{MAX_POINTS}, got {opts['points']}")
+        if opts.get("warmup") is not None and opts["warmup"] < 0:
+            raise CommandError(f"--warmup: must be >= 0, got {opts['warmup']}")
+        if opts.get("steady") is not None and opts["steady"] < 1:
+            raise CommandError(f"--steady: must be >= 1, got {opts['steady']}")
         if opts.get("device_index") is not None and opts["device_index"] < 0:
             raise CommandError(f"--device-index: must be >= 0, got {opts['device_index']}")
         out = opts.get("json_out")
@@ -123,14 +137,25 @@ class Command(BaseCommand):
 
         params = parse_params(opts["param"], opts["params_json"])
         return estimate_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                              warmup=opts["warmup"], steady=opts["steady"] or 2)
+                              warmup=opts["warmup"], steady=2 if opts["steady"] is None else opts["steady"])
 
     def _profile(self, opts: dict[str, Any]):
         from workers.curves.capture import profile_curve
 
+        import torch
+        import zico_allocator as za
+
         params = parse_params(opts["param"], opts["params_json"])
-        return profile_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                             warmup=opts["warmup"], steady=opts["steady"] or 3)
+        try:
+            return profile_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
+                                 warmup=opts["warmup"], steady=3 if opts["steady"] is None else opts["steady"])
+        except torch.OutOfMemoryError as exc:
+            raise CommandError(f"profile {opts['workload']} on {opts['device']}: out of memory: "
+                               f"{str(exc).splitlines()[0]}") from exc
+        except za.ZicoError as exc:
+            raise CommandError(f"profile on {opts['device']}: the Zico allocator cannot run there: {exc}") from exc
+        except RuntimeError as exc:  # e.g. torch: no CUDA device or driver
+            raise CommandError(f"profile on {opts['device']}: {str(exc).splitlines()[0]}") from exc
 
     def _import(self, opts: dict[str, Any]):
         from workers.curves.snapshot import snapshot_curve
@@ -164,11 +189,7 @@ class Command(BaseCommand):
                 lines.append(f"{key:11s} {curve.meta[key]}")
         stream.write("\n".join(lines))
 
-    def _write(self, curve, path: str | None, points: int | None) -> None:
-        from placement.curves import resampled_curve
-
-        if points is not None:
-            curve = resampled_curve(curve, points)
+    def _write(self, curve, path: str | None) -> None:
         if path is None:
             return
         text = curve.to_json()
