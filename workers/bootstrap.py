@@ -29,6 +29,8 @@ _reporter = None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from placement.gating import DEFAULT_GATE_HEADROOM
+
     from .nvml import parse_bytes
 
     p = argparse.ArgumentParser(prog="python -m workers.bootstrap", description="Start one Zico device worker.")
@@ -40,8 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=parse_bytes, default=None, help="initial budget in bytes (default: total)")
     p.add_argument("--host", default=None, help="host name in queue names (default: settings.ZICO_HOST)")
     p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
-    p.add_argument("--gate-headroom", type=float, default=0.15,
-                   help="share of the budget the coordinator keeps free for the pool's overhead (default 0.15)")
+    p.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM,
+                   help="share of the budget the coordinator keeps free for the pool's overhead (default "
+                        f"{DEFAULT_GATE_HEADROOM}; the scheduler plans groups with this default)")
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     if args.kind == "cpu" and not args.capacity:

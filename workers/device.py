@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.telemetry import keys
 
 from .link import Link
@@ -71,7 +72,7 @@ class WorkerConfig:
     checkpoint_dir: Path
     data_dir: Path
     checkpoint_every_s: float = 5.0
-    gate_headroom: float = 0.15
+    gate_headroom: float = DEFAULT_GATE_HEADROOM  # 0.15; the scheduler plans groups with the same share
 
     @property
     def gate_fraction(self) -> float:

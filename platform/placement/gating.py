@@ -40,6 +40,11 @@ from .curves import MemoryCurve
 # Relative slack on budget comparisons, for float rounding only (1e-9 of the budget).
 BUDGET_RTOL = 1e-9
 
+# Share of a device's budget the worker's coordinator leaves for the allocator's own overhead
+# (block rounding, partly used segments): it gates co-located jobs against (1 - this) x budget.
+# See Note [Gate headroom] in workers.device; the scheduler plans groups against the same share.
+DEFAULT_GATE_HEADROOM = 0.15
+
 
 @dataclass(frozen=True)
 class Commitment:

@@ -96,18 +96,26 @@ class MemoryAware:
         max_group: most jobs per device (>= 1).
         max_slowdown: bound on every group member's predicted slowdown (>= 1).
         cache: a shared :class:`PlanCache` (the service keeps one across rounds).
+        group_share: share of a device's budget a group of two or more jobs is planned against, in
+            (0, 1]; a job alone may use the whole budget. The scheduling service passes the share
+            the workers' coordinators gate with (``1 - DEFAULT_GATE_HEADROOM``), so a group it plans
+            is one the worker can run side by side rather than one job at a time.
     """
 
     name = "memory-aware"
 
-    def __init__(self, max_group: int = 2, max_slowdown: float = 1.6, cache: PlanCache | None = None) -> None:
+    def __init__(self, max_group: int = 2, max_slowdown: float = 1.6, cache: PlanCache | None = None,
+                 group_share: float = 1.0) -> None:
         if max_group < 1:
             raise ValueError(f"max_group must be >= 1, got {max_group}")
         if max_slowdown < 1:
             raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown}")
+        if not 0 < group_share <= 1:
+            raise ValueError(f"group_share must lie in (0, 1], got {group_share}")
         self.max_group = max_group
         self.max_slowdown = max_slowdown
         self.cache = cache or PlanCache()
+        self.group_share = float(group_share)
 
     def place(self, state: ClusterState) -> list[Placement]:
         groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
@@ -154,6 +162,7 @@ class MemoryAware:
                 continue
             if len(group) >= self.max_group or not may_share(job, group, state.tenants):
                 continue
+            budget *= self.group_share
             members = group + [job]
             if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
                 continue

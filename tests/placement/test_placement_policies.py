@@ -60,6 +60,18 @@ def test_memory_aware_co_locates_when_devices_are_scarce():
     assert plan.saving_bytes > 2 * GB
 
 
+def test_memory_aware_plans_groups_against_the_gate_share_of_the_budget():
+    # two SMALL jobs need P + M0 = 5 GB side by side; the device budget is 5.25 GB, so they fit the
+    # whole budget but not 0.85 of it (4.46 GB), which is what the worker's gate would allow them
+    devs = [Device("d0", 5 * GB * 1.05)]
+    jobs = [_job(1, at=1), _job(2, at=2)]
+    assert [p.device_id for p in MemoryAware(max_slowdown=2.0).place(_state(devs, jobs))] == ["d0", "d0"]
+    gated = MemoryAware(max_slowdown=2.0, group_share=0.85).place(_state(devs, jobs))
+    assert [(p.job_id, p.device_id) for p in gated] == [(1, "d0")]  # alone it may use the whole budget
+    with pytest.raises(ValueError, match="group_share"):
+        MemoryAware(group_share=0.0)
+
+
 def test_memory_aware_spreads_over_an_idle_cluster():
     devs = [Device("d0", 12 * GB), Device("d1", 12 * GB)]
     out = MemoryAware().place(_state(devs, [_job(1, at=1), _job(2, at=2)]))

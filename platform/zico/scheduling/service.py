@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
+from placement.gating import DEFAULT_GATE_HEADROOM
 from placement.policies import MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
@@ -108,7 +109,8 @@ class Scheduler:
     transactions have committed."""
 
     def __init__(self, policy: Policy | None = None) -> None:
-        self.policy = policy or MemoryAware()
+        # groups planned with the workers' gate share (placement.gating.DEFAULT_GATE_HEADROOM)
+        self.policy = policy or MemoryAware(group_share=1 - DEFAULT_GATE_HEADROOM)
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 
     def run_round(self) -> RoundResult:
