@@ -1,7 +1,14 @@
 """Job checkpoints under ``ZICO_CHECKPOINT_DIR``: atomic save and load, so a requeued job resumes.
 
 Layout: ``<dir>/job-<id>/checkpoint.pt`` holding ``{"job": id, "iteration": last completed iteration,
-"state": the training job's state_dict(), "saved_at": unix s, "elapsed_s": training seconds so far}``.
+"state": the training job's state_dict(), "saved_at": unix s, "train_s": training seconds so far,
+"job_created_at": the job's creation time (ISO 8601) when the scheduler sent it}``.
+
+Note [Checkpoints across deployments]
+Job ids restart at 1 when a deployment starts from an empty database but keeps its checkpoint
+directory, so ``job-7/checkpoint.pt`` may be another job's. A checkpoint carries its job's creation
+time; ``load`` given the current job's discards (deletes) one with a different time and returns None,
+so the job starts from scratch instead of resuming someone else's training.
 A save writes a temporary file in the same directory and renames it over the old one (``os.replace`` is
 atomic on POSIX), so a worker killed mid-save leaves the previous checkpoint intact, never half a file.
 """
@@ -37,11 +44,13 @@ def save(root: Path | str, job_id: int, iteration: int, state: dict[str, Any], *
     return path
 
 
-def load(root: Path | str, job_id: int) -> dict[str, Any] | None:
-    """The last checkpoint of ``job_id`` (tensors on CPU), or None when there is none.
+def load(root: Path | str, job_id: int, job_created_at: str | None = None) -> dict[str, Any] | None:
+    """The last checkpoint of ``job_id`` (tensors on CPU), or None when there is none — or when it was
+    written for an earlier job with the same id (``job_created_at`` given and different; the stale file
+    is deleted, Note [Checkpoints across deployments]).
 
     Raises:
-        CheckpointError: the file is unreadable or belongs to another job.
+        CheckpointError: the file is unreadable or belongs to another job id.
     """
     import torch
 
@@ -54,6 +63,10 @@ def load(root: Path | str, job_id: int) -> dict[str, Any] | None:
         raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
     if not isinstance(payload, dict) or payload.get("job") != int(job_id) or "state" not in payload:
         raise CheckpointError(f"checkpoint {path} does not belong to job {job_id}")
+    saved_for = payload.get("job_created_at")
+    if job_created_at is not None and saved_for is not None and saved_for != job_created_at:
+        remove(root, job_id)
+        return None
     return payload
 
 

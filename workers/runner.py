@@ -45,6 +45,9 @@ class RunSpec:
             (ids restart at 1) and does not stop this run. None when the sender does not set one.
         curve: the job's memory curve (DESIGN contract) for the coordinator; None disables gating.
         plan: the placement's sharing plan (``shifts_s`` per job id, ``budget_bytes``, ...).
+        job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
+            so a checkpoint left by an earlier database's job of the same id is not resumed
+            (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.
     """
 
     job: int
@@ -54,6 +57,7 @@ class RunSpec:
     run_token: str | None = None
     curve: dict[str, Any] | None = None
     plan: dict[str, Any] = field(default_factory=dict)
+    job_created_at: str | None = None
 
     @classmethod
     def parse(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -79,7 +83,10 @@ class RunSpec:
         plan = spec.get("plan") or {}
         if not isinstance(plan, dict):
             raise SpecError("plan: expected a JSON object")
-        return cls(job_id, workload, params, placement, run_token, curve, plan)
+        created = spec.get("job_created_at")
+        if created is not None and (not isinstance(created, str) or not created):
+            raise SpecError(f"job_created_at: expected a non-empty string, got {created!r}")
+        return cls(job_id, workload, params, placement, run_token, curve, plan, created)
 
 
 class RunMarks:
@@ -184,7 +191,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
     with job_context(rt, job_id):
         job = create_training_job(spec.workload, spec.params, device=rt.torch_device, data_dir=rt.config.data_dir)
         state.iterations = job.iterations
-        ckpt = checkpoints.load(rt.config.checkpoint_dir, job_id)
+        ckpt = checkpoints.load(rt.config.checkpoint_dir, job_id, spec.job_created_at)
         first = 0
         prior_s = 0.0
         if ckpt is not None:
@@ -222,7 +229,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
             if now >= next_ckpt and i + 1 < job.iterations:
                 state.phase = "checkpoint"
                 checkpoints.save(rt.config.checkpoint_dir, job_id, i, job.state_dict(),
-                                 train_s=prior_s + now - t0)
+                                 train_s=prior_s + now - t0, job_created_at=spec.job_created_at)
                 next_ckpt = time.monotonic() + rt.config.checkpoint_every_s
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S

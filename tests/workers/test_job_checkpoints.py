@@ -44,3 +44,18 @@ def test_a_second_save_replaces_the_first_and_remove_cleans_up(tmp_path):
     checkpoints.remove(tmp_path, 2)
     assert checkpoints.load(tmp_path, 2) is None
     assert not (tmp_path / "job-2").exists()
+
+
+def test_a_checkpoint_of_an_earlier_job_with_the_same_id_is_discarded(tmp_path):
+    # A deployment restarted on an empty database reuses job ids while keeping the checkpoint directory.
+    checkpoints.save(tmp_path, 7, 41, {"w": 1}, job_created_at="2026-01-01T00:00:00+00:00")
+    assert checkpoints.load(tmp_path, 7, "2026-01-01T00:00:00+00:00")["iteration"] == 41  # the same job
+    assert checkpoints.load(tmp_path, 7, "2026-11-29T12:00:00+00:00") is None  # another job 7
+    assert not checkpoints.checkpoint_path(tmp_path, 7).exists()  # and the stale file is gone
+
+
+def test_a_checkpoint_without_a_creation_time_still_resumes(tmp_path):
+    checkpoints.save(tmp_path, 3, 5, {"w": 1})  # written by a sender that does not set the time
+    assert checkpoints.load(tmp_path, 3, "2026-11-29T12:00:00+00:00")["iteration"] == 5
+    checkpoints.save(tmp_path, 3, 6, {"w": 1}, job_created_at="2026-11-29T12:00:00+00:00")
+    assert checkpoints.load(tmp_path, 3)["iteration"] == 6  # no time asked: no check
