@@ -11,7 +11,6 @@
 namespace zico {
 
 namespace {
-constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 int kind_of(bool small) { return small ? kSmall : kLarge; }
 }  // namespace
 

@@ -16,6 +16,9 @@
 
 namespace zico {
 
+// A budget or capacity of this many bytes means "none" (ZICO_UNLIMITED in the C ABI).
+constexpr uint64_t kUnlimited = UINT64_MAX;
+
 enum class OomReason { kNone, kBudget, kCapacity, kFragmentation };
 const char* oom_reason_name(OomReason r);
 

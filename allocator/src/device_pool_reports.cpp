@@ -1,15 +1,10 @@
 // device_pool_reports.cpp — DevicePool's read-only views: torch-style statistics, the snapshot,
 // the last OOM report and per-job iterations as JSON, and the invariant audit the tests rely on.
-#include <limits>
-
 #include "device_pool.hpp"
 #include "json.hpp"
 
 namespace zico {
 
-namespace {
-constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
-}  // namespace
 namespace {
 void put_stat(JsonWriter& w, const std::string& name, const char* kind, const Stat& s) {
   const std::string p = name + "." + kind + ".";
@@ -60,9 +55,7 @@ std::string DevicePool::stats_json(bool per_job, int64_t job) {
     w.num("num_invalid_frees", num_invalid_frees_);
     w.num("trace_dropped", trace_.dropped());
   }
-  if (budget_ == kUnlimited) w.null("budget_bytes"); else w.num("budget_bytes", budget_);
-  const uint64_t cap = up_->capacity();
-  if (cap == kUnlimited) w.null("capacity_bytes"); else w.num("capacity_bytes", cap);
+  w.limit("budget_bytes", budget_).limit("capacity_bytes", up_->capacity());
   w.num("budget_wait_s", budget_wait_s_);
   w.close('}');
   return w.take();
@@ -106,8 +99,7 @@ std::string DevicePool::last_oom_json() {
     w.num("requested_bytes", o.requested_bytes).num("rounded_bytes", o.rounded_bytes);
     w.num("job_allocated_bytes", o.job_allocated_bytes).num("allocated_bytes", o.allocated_bytes);
     w.num("reserved_bytes", o.reserved_bytes);
-    if (o.budget_bytes == kUnlimited) w.null("budget_bytes"); else w.num("budget_bytes", o.budget_bytes);
-    if (o.capacity_bytes == kUnlimited) w.null("capacity_bytes"); else w.num("capacity_bytes", o.capacity_bytes);
+    w.limit("budget_bytes", o.budget_bytes).limit("capacity_bytes", o.capacity_bytes);
     w.num("free_cached_bytes", o.free_cached_bytes).num("largest_free_block", o.largest_free_block);
   }
   w.close('}');

@@ -16,6 +16,8 @@ class JsonWriter {
   JsonWriter& str(const std::string& k, const std::string& v) { key(k); out_ << '"' << v << '"'; first_ = false; return *this; }
   JsonWriter& boolean(const std::string& k, bool v) { key(k); out_ << (v ? "true" : "false"); first_ = false; return *this; }
   JsonWriter& null(const std::string& k) { key(k); out_ << "null"; first_ = false; return *this; }
+  // A byte limit (budget, capacity): null for UINT64_MAX, the C ABI's ZICO_UNLIMITED ("none").
+  JsonWriter& limit(const std::string& k, uint64_t v) { return v == UINT64_MAX ? null(k) : num(k, v); }
   std::string take() { return out_.str(); }
 
  private:
