@@ -74,19 +74,22 @@ class RunSpec:
         placement = spec.get("placement", spec.get("placement_id"))
         if placement is not None and (isinstance(placement, bool) or not isinstance(placement, int)):
             raise SpecError(f"placement: expected an integer id, got {placement!r}")
-        run_token = spec.get("run_token")
-        if run_token is not None and (not isinstance(run_token, str) or not run_token):
-            raise SpecError(f"run_token: expected a non-empty string, got {run_token!r}")
+        run_token = _optional_text(spec, "run_token")
         curve = spec.get("curve")
         if curve is not None and not isinstance(curve, dict):
             raise SpecError("curve: expected a memory curve object")
         plan = spec.get("plan") or {}
         if not isinstance(plan, dict):
             raise SpecError("plan: expected a JSON object")
-        created = spec.get("job_created_at")
-        if created is not None and (not isinstance(created, str) or not created):
-            raise SpecError(f"job_created_at: expected a non-empty string, got {created!r}")
-        return cls(job_id, workload, params, placement, run_token, curve, plan, created)
+        return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"))
+
+
+def _optional_text(spec: dict, key: str) -> str | None:
+    """``spec[key]``: None when absent, else a non-empty string; raises SpecError naming ``key``."""
+    value = spec.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SpecError(f"{key}: expected a non-empty string, got {value!r}")
+    return value
 
 
 class RunMarks:
