@@ -24,9 +24,9 @@ flight and it heads the line, it starts anyway, alone: nothing the coordinator c
 room, and the allocator's budget (and its deadlock rule) still bounds what it takes. The admission
 is recorded as a delay with reason ``"alone"`` (or ``"infeasible"`` if it first had to wait for
 others to finish). Jobs behind it in the line wait (reason ``"line"``) until it has started, so
-it is not starved by others that fit and keep starting. Found on an H200: a worker's gate plans 15 % below the device budget (Note [Gate
-headroom] in workers.device), and GPT-2 small's peak fell between the two, so its first iteration
-waited forever.
+it is not starved by others that fit and keep starting. Found on an H200: a worker's gate plans
+15 % below the device budget (Note [Gate headroom] in workers.device), and GPT-2 small's peak fell
+between the two, so its first iteration waited forever.
 """
 from __future__ import annotations
 

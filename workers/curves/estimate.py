@@ -114,8 +114,7 @@ class MemoryRecorder(TorchDispatchMode):
         self._iteration = -1
         self._phase: str | None = None
         self.ops = 0
-        self._blas_handles: set[str] = set()
-        self.workspace_bytes = 0  # cuBLAS workspaces held (Note [cuBLAS workspaces]); never freed
+        self._blas_handles: set[str] = set()  # threads holding a cuBLAS workspace (Note [cuBLAS workspaces])
 
     # -- allocation tracking ---------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -160,10 +159,13 @@ class MemoryRecorder(TorchDispatchMode):
         if handle in self._blas_handles:
             return
         self._blas_handles.add(handle)
-        nbytes = round_up(self.cost.blas_workspace_bytes, self.round_bytes)
-        self.workspace_bytes += nbytes
         self.times.append(at)
-        self.deltas.append(nbytes)
+        self.deltas.append(round_up(self.cost.blas_workspace_bytes, self.round_bytes))
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the cuBLAS workspaces held so far; never freed."""
+        return len(self._blas_handles) * round_up(self.cost.blas_workspace_bytes, self.round_bytes)
 
     def adopt(self, tensors) -> int:
         """Count the storages behind ``tensors`` as already live (the model's parameters and
