@@ -344,13 +344,19 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_out(out: Path) -> None:
-    """``--out``'s folder exists or can be made (checked without creating anything)."""
+def _check_out(text: str) -> Path:
+    """``--out`` as a path prefix: it names a file, not a folder, and its folder exists or can be
+    made (checked without creating anything). Raises UsageError."""
+    out = Path(text)
+    if not text.strip() or text.endswith(os.sep) or out.is_dir():
+        raise UsageError(f"--out {text!r}: give a path prefix such as var/run1 (writes var/run1.json and .md), "
+                         "not a folder")
     p = out.parent.absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
     if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {str(out)!r}: cannot write under {str(p)!r}")
+        raise UsageError(f"--out {text!r}: cannot write under {str(p)!r}")
+    return out
 
 
 def _known_failure(exc: BaseException) -> bool:
@@ -400,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             raise UsageError(f"--capacity: {exc}") from None
         check_inputs(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
-        out = Path(a.out)
-        _check_out(out)
+        out = _check_out(a.out)
         report = run(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))

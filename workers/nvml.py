@@ -90,8 +90,12 @@ def process_rss_bytes() -> int | None:
         return None
 
 
+MAX_BYTE_SIZE = 1 << 60  # 1 EiB: far beyond any device or host; bounds typos such as 1e30
+
+
 def parse_bytes(text: str | int) -> int:
-    """``'3GiB'``, ``'512MiB'``, ``'2e9'`` or ``1024`` -> bytes. Raises ValueError naming the bad text."""
+    """``'3GiB'``, ``'512MiB'``, ``'2e9'`` or ``1024`` -> bytes, at most ``MAX_BYTE_SIZE``. Raises
+    ValueError naming the bad text (not a size, negative, infinite or too large)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -105,4 +109,6 @@ def parse_bytes(text: str | int) -> int:
         raise ValueError(f"not a byte size: {text!r} (examples: 3GiB, 512MiB, 2e9)") from None
     if value < 0:
         raise ValueError(f"byte size must not be negative: {text!r}")
+    if not value <= MAX_BYTE_SIZE:  # also inf and nan
+        raise ValueError(f"byte size too large: {text!r} (at most {MAX_BYTE_SIZE:.3g} bytes)")
     return int(value)

@@ -14,7 +14,7 @@ from workers.colocate import markdown
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _colocate(args: list[str], out: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def _colocate(args: list[str], out: Path | str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("platform", ".", "allocator/python"))}
     return subprocess.run([sys.executable, "-m", "workers.colocate", *args, "--out", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -39,6 +39,8 @@ BAD = [
     (["--job", "digits-cnn", "--iterations", "0"], "--iterations must be an integer >= 1, got 0"),
     (["--job", "digits-cnn", "--capacity", "lots"], "--capacity: not a byte size"),
     (["--job", "digits-cnn", "--device", "cuda", "--capacity", "1GiB"], "--capacity applies to --device cpu only"),
+    (["--job", "digits-cnn", "--capacity", "inf"], "--capacity: byte size too large: 'inf'"),
+    (["--job", "digits-cnn", "--capacity", "1e30"], "--capacity: byte size too large: '1e30'"),
 ]
 
 
@@ -104,3 +106,12 @@ def test_markdown_names_the_floor_when_it_set_the_budget():
 def test_markdown_names_the_fraction_when_it_set_the_budget():
     text = markdown(_report("fraction"))
     assert "- budget: 39.8 MiB = 0.80 x sum of solo peaks (49.7 MiB); feasible floor 30.0 MiB" in text
+
+
+@pytest.mark.parametrize("where", ["empty", "a-folder", "trailing-slash"])
+def test_an_out_that_is_not_a_path_prefix_is_refused_before_running(tmp_path, where):
+    text = {"empty": "", "a-folder": str(tmp_path), "trailing-slash": str(tmp_path / "new") + os.sep}[where]
+    proc = _colocate(["--job", "digits-cnn"], text)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("colocate: --out ") and "path prefix" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even a folder

@@ -39,6 +39,9 @@ def test_byte_sizes_parse_with_binary_and_decimal_units():
     for bad in ("lots", "3XB", "-1GiB"):
         with pytest.raises(ValueError, match="byte size"):
             parse_bytes(bad)
+    for huge in ("inf", "1e400", "nan", "1e30"):
+        with pytest.raises(ValueError, match=f"byte size too large: '{huge}'"):
+            parse_bytes(huge)
 
 
 def test_the_cpu_pool_needs_a_positive_capacity():
