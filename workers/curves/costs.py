@@ -50,6 +50,16 @@ class DeviceCost:
     # Bytes of the cuBLAS workspace torch keeps per (thread's cuBLAS handle, stream) once a matmul ran
     # there; 0 where no such workspace exists (CPU). See Note [cuBLAS workspaces] in estimate.py.
     blas_workspace_bytes: int = 0
+    # Seconds each operator of the overhead calibration spent inside its kernel, per phase (CPU only):
+    # what a cost model that measures operator times subtracts from the overhead (op_timing.py).
+    phase_op_s: tuple[tuple[str, float], ...] = ()
+    # Seconds ``zero_grad(set_to_none=True)`` takes per parameter: Python that frees gradients and
+    # issues no operator, so without it every gradient would be freed at one instant (CPU only).
+    zero_grad_s_per_param: float = 0.0
+
+    def overhead_for(self, phase: str | None) -> float:
+        """Seconds of overhead per operator issued in ``phase``."""
+        return dict(self.phase_overhead_s).get(phase, self.overhead_s)
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
         """Modelled seconds of one aten operator call issued in ``phase``."""
@@ -67,7 +77,7 @@ class DeviceCost:
             if self.conv_flops_per_s and func.overloadpacket in _CONV:
                 rate = self.conv_flops_per_s
             seconds = max(seconds, flops / rate)
-        return dict(self.phase_overhead_s).get(phase, self.overhead_s) + seconds
+        return self.overhead_for(phase) + seconds
 
 
 # PyTorch's default cuBLAS workspace on compute capability 9.x (Hopper): 4096 KiB x 8 = 32 MiB
@@ -79,11 +89,12 @@ CUDA_COST = DeviceCost("cuda-h100-class", flops_per_s=0.5 * 67e12, half_flops_pe
                        bytes_per_s=0.7 * 4.8e12, overhead_s=6e-6, blas_workspace_bytes=HOPPER_BLAS_WORKSPACE_BYTES)
 
 
-@lru_cache(maxsize=1)
-def measured_cpu_cost() -> DeviceCost:
-    """Rates of this machine's CPU with torch's current thread count, measured once (~0.3 s):
-    a 384^3 matmul, a 3x3 convolution (batch 2, 64 -> 64 channels, 32 x 32), a 4-M-element add,
-    and the per-phase operator overhead of a tiny training step."""
+@lru_cache(maxsize=4)
+def measured_cpu_cost(optimizer: str = "adamw") -> DeviceCost:
+    """Rates of this machine's CPU with torch's current thread count, measured once per optimizer
+    (~0.3 s): a 384^3 matmul, a 3x3 convolution (batch 2, 64 -> 64 channels, 32 x 32), a
+    4-M-element add, and the per-phase operator overhead of a tiny training step with
+    ``optimizer`` ("sgd" or "adamw", as ``workers.workloads.training.make_optimizer`` builds them)."""
     a = torch.randn(384, 384)
     flops = 2 * 384**3 / _best_seconds(lambda: torch.mm(a, a))
     conv = torch.nn.Conv2d(64, 64, 3, padding=1)
@@ -92,9 +103,10 @@ def measured_cpu_cost() -> DeviceCost:
         conv_flops = 2 * 2 * 64 * 64 * 9 * 32 * 32 / _best_seconds(lambda: conv(img))
     x = torch.randn(4_000_000)
     bw = 3 * x.numel() * 4 / _best_seconds(lambda: x + x)
-    phases = _phase_overheads()
-    return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t", flops, flops, bw,
-                      phases["forward"], tuple(phases.items()), conv_flops)
+    phases, inside, zero_grad = _phase_overheads(optimizer)
+    return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t-{optimizer}", flops, flops, bw,
+                      phases["forward"], tuple(phases.items()), conv_flops, phase_op_s=tuple(inside.items()),
+                      zero_grad_s_per_param=zero_grad)
 
 
 def _best_seconds(fn, reps: int = 6) -> float:
@@ -108,48 +120,74 @@ def _best_seconds(fn, reps: int = 6) -> float:
     return best
 
 
-def _phase_overheads(iterations: int = 10) -> dict[str, float]:
+def _call_seconds(func, args, kwargs) -> float:
+    """Best of 3 timed calls of one recorded operator call; 0 for one that cannot be repeated."""
+    try:
+        return _best_seconds(lambda: func(*args, **kwargs), reps=3)
+    except RuntimeError:
+        return 0.0
+
+
+def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
+                     ) -> tuple[dict[str, float], dict[str, float], float]:
     """Seconds per operator in each phase of a tiny real training step (8 linear layers of width
-    16, batch 2, AdamW), where compute is negligible and overhead is all there is: operators are
-    counted once under a dispatch mode, and the phases are timed without it."""
+    16, batch 2, ``optimizer``), where compute is negligible and overhead is all there is:
+    operators are counted once under a dispatch mode, and the phases are timed without it (each
+    phase's fastest of ``iterations`` steps, the least disturbed by other processes).
+    Second: the mean seconds per operator call when each is timed alone, as
+    ``op_timing.MeasuredOpCost`` times them, per phase. Third: seconds per parameter of
+    ``zero_grad(set_to_none=True)``, which issues no operator (timed apart from the optimizer)."""
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from workers.workloads.training import make_optimizer
 
     class Count(TorchDispatchMode):
         n = 0
+        calls: list = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             Count.n += 1
+            Count.calls.append((func, args, kwargs or {}))
             return func(*args, **(kwargs or {}))
 
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()) for _ in range(8)])
-    opt = torch.optim.AdamW(model.parameters())
+    opt = make_optimizer({"optimizer": optimizer, "lr": 1e-3}, model)
     x = torch.randn(2, 16)
 
     def step(timer: dict[str, float] | None, counter: dict[str, int] | None):
-        for name, fn in (("forward", lambda: model(x).square().mean()), ("backward", None), ("optimizer", None)):
-            t0, n0 = time.perf_counter(), Count.n
+        for name, fn in (("forward", lambda: model(x).square().mean()), ("backward", None), ("optimizer", None),
+                         ("zero_grad", None)):
+            t0, n0, c0 = time.perf_counter(), Count.n, len(Count.calls)
             if name == "forward":
                 loss = fn()
             elif name == "backward":
                 loss.backward()
-            else:
+            elif name == "optimizer":
                 opt.step()
+            else:
                 opt.zero_grad(set_to_none=True)
             if timer is not None:
-                timer[name] = timer.get(name, 0.0) + time.perf_counter() - t0
+                timer[name] = min(timer.get(name, float("inf")), time.perf_counter() - t0)
             if counter is not None:
                 counter[name] = Count.n - n0
+                calls[name] = Count.calls[c0:]
 
     step(None, None)  # optimizer state, caches
     counts: dict[str, int] = {}
+    calls: dict[str, list] = {}
     with Count():
         step(None, counts)
+    # each operator call timed alone as op_timing.MeasuredOpCost times them: best of 3 after a warm-up
+    with torch.no_grad():
+        inside = {k: sum(_call_seconds(f, a, kw) for f, a, kw in v) for k, v in calls.items()}
     times: dict[str, float] = {}
     for _ in range(iterations):
         step(times, None)
-    return {k: times[k] / iterations / max(counts[k], 1) for k in counts}
+    zero_grad = times.pop("zero_grad") / len(list(model.parameters()))
+    return ({k: times[k] / max(counts[k], 1) for k in times},
+            {k: inside[k] / max(counts[k], 1) for k in times}, zero_grad)
 
 
-def cost_for(device: torch.device) -> DeviceCost:
-    """The cost model for a target device."""
-    return CUDA_COST if device.type == "cuda" else measured_cpu_cost()
+def cost_for(device: torch.device, optimizer: str = "adamw") -> DeviceCost:
+    """The cost model for a target device and a training job's optimizer ("sgd" or "adamw")."""
+    return CUDA_COST if device.type == "cuda" else measured_cpu_cost(optimizer)

@@ -37,7 +37,9 @@ from torch.utils._pytree import tree_flatten
 
 from placement.curves import MemoryCurve
 from workers.curves.costs import DeviceCost, cost_for
+from workers.curves.op_timing import MeasuredOpCost
 from workers.curves.trace import Trace, check_iterations, trace_curve
+from workers.workloads.catalog import validate_params
 from workers.workloads.training import TrainingJob, build_parts
 
 # PyTorch's CUDA caching allocator rounds every request up to 512 bytes (kMinBlockSize).
@@ -101,7 +103,7 @@ class MemoryRecorder(TorchDispatchMode):
     ``recording`` switches logging on (model building happens with it off).
     """
 
-    def __init__(self, cost: DeviceCost, round_bytes: int = DEFAULT_ROUND_BYTES):
+    def __init__(self, cost: DeviceCost | MeasuredOpCost, round_bytes: int = DEFAULT_ROUND_BYTES):
         super().__init__()
         self.cost = cost
         self.round_bytes = round_bytes
@@ -120,7 +122,9 @@ class MemoryRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if not self.recording:
+        # prim ops (prim.device, ...) are metadata queries a fake tensor dispatches and a real one
+        # does not: no kernel, no time (915 of them per tiny-lm iteration).
+        if not self.recording or func.namespace == "prim":
             return out
         self.ops += 1
         start = self.clock
@@ -234,14 +238,16 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     # A CPU-only torch cannot make even fake CUDA tensors: then the fake device is the CPU and the
     # CUDA target shows in the cost model, the rounding and the optimizer's foreach default.
     fake_device = target if target.type == "cpu" or torch.backends.cuda.is_built() else torch.device("cpu")
-    cost = cost or cost_for(target)
+    if cost is None:  # real tensors: outside the fake mode (the CPU's overheads depend on the optimizer)
+        base = cost_for(target, validate_params(key, params)["optimizer"])  # as build_parts validates
+        cost = MeasuredOpCost(base) if target.type == "cpu" else base
     recorder = MemoryRecorder(cost, round_bytes)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     attention = FlashLikeAttention() if target.type == "cuda" else contextlib.nullcontext()
     with fake, recorder, attention:
         with fake_device:  # parameters are created on the fake device directly
             workload, params, parts = build_parts(key, params, data_dir)
-        job = _FakeTrainingJob(workload, params, parts, str(fake_device),
+        job = _FakeTrainingJob(workload, params, parts, str(fake_device), recorder,
                                optimizer_foreach=True if target.type == "cuda" else None)
         initial = recorder.adopt(list(job.model.parameters()) + list(job.model.buffers()))
         recorder.recording = True
@@ -251,7 +257,8 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     label = f"cuda:{target.index or 0}" if target.type == "cuda" else "cpu"
     curve = trace_curve(recorder.trace(initial), warmup=warmup, source="estimate", device=label,
                         meta={"workload": key, "params": params, "estimate_s": round(time.perf_counter() - wall, 3),
-                              "ops_per_iteration": recorder.ops // (warmup + steady), "cost_model": cost.name,
+                              "ops_per_iteration": recorder.ops // (warmup + steady),
+                              "cost_model": cost.name,
                               "blas_workspace_bytes": recorder.workspace_bytes,
                               "fake_device": str(fake_device),
                               "torch": torch.__version__})
@@ -261,7 +268,22 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
 
 
 class _FakeTrainingJob(TrainingJob):
-    """A training job whose loss cannot be read back (fake tensors hold no data)."""
+    """A training job whose loss cannot be read back (fake tensors hold no data), and whose
+    ``zero_grad`` takes the modelled time the cost model gives it per parameter."""
+
+    def __init__(self, workload, params, parts, device: str, recorder: MemoryRecorder, **kw: Any):
+        super().__init__(workload, params, parts, device, **kw)
+        self._recorder = recorder
+
+    def _zero_grad(self) -> None:
+        # As Optimizer.zero_grad(set_to_none=True), one parameter at a time on the modelled clock:
+        # each gradient is freed (its finalizer records the free) after its share of the time.
+        step = getattr(self._recorder.cost, "zero_grad_s_per_param", 0.0)
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._recorder.clock += step
+                    p.grad = None
 
     def _record(self, i: int, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> float:
         self.iterations_done = i + 1

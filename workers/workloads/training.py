@@ -125,11 +125,15 @@ class TrainingJob:
         loss.backward()
         marks.phase("optimizer")
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         value = self._record(i, loss.detach(), stats)
         del loss, stats
         marks.iteration_end(i)
         return value
+
+    def _zero_grad(self) -> None:
+        """Drop every gradient (``set_to_none``); the estimate overrides this to model its time."""
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _record(self, i: int, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> float:
         """Read the loss and batch accuracy back (a device sync); the estimate overrides this."""
