@@ -39,6 +39,15 @@ def test_estimate_prints_the_json_to_stdout_and_the_summary_to_stderr(settings, 
     assert "source      estimate (cpu)" in err.getvalue() and "phases" in err.getvalue()  # summary: stderr
     body = json.loads(out.getvalue())  # stdout: the JSON alone
     assert body["source"] == "estimate" and body["meta"]["params"]["batch_size"] == 8
+    assert body["meta"]["cost_model"].endswith("+measured-ops")  # a CPU target's default clock
+
+
+def test_estimate_takes_the_roofline_clock_on_request(settings, tmp_path):
+    settings.ZICO_DATA_DIR = tmp_path
+    out = StringIO()
+    call_command("curve", "estimate", "digits-cnn", "-p", "batch_size=8", "--timing", "roofline", "--json", "-",
+                 stdout=out, stderr=StringIO())
+    assert not json.loads(out.getvalue())["meta"]["cost_model"].endswith("+measured-ops")
 
 
 def test_list_shows_every_workload():

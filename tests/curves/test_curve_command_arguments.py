@@ -48,9 +48,11 @@ def test_bad_points_are_refused_before_the_snapshot_is_read():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--warmup", "-1"], "--warmup: must be >= 0, got -1"),
-    (["--steady", "0"], "--steady: must be >= 1, got 0"),
-    (["--steady", "-3"], "--steady: must be >= 1, got -3"),
+    (["--warmup", "-1"], "--warmup: must lie in 0..100, got -1"),
+    (["--warmup", "101"], "--warmup: must lie in 0..100, got 101"),
+    (["--steady", "0"], "--steady: must lie in 1..100, got 0"),
+    (["--steady", "-3"], "--steady: must lie in 1..100, got -3"),
+    (["--steady", "1000000"], "--steady: must lie in 1..100, got 1000000"),
 ])
 @pytest.mark.parametrize("action", ["estimate", "profile"])
 def test_iteration_counts_are_checked_before_any_run(action, args, message):

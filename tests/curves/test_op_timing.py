@@ -108,3 +108,23 @@ def test_metadata_queries_of_fake_tensors_cost_no_time():
         x + x
         assert recorder.ops == 1 and recorder.clock == pytest.approx(1.0)
         recorder.recording = False
+
+
+def test_an_estimate_leaves_torchs_random_state_alone_even_when_it_calibrates(tmp_path):
+    from workers.curves import costs
+
+    costs._measured_cpu_cost.cache_clear()  # the first estimate in a process measures the machine
+    state = torch.get_rng_state()
+    estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_roofline_clock_is_the_alternative_and_other_clocks_are_refused(tmp_path):
+    params = {"batch_size": 8}
+    measured = estimate_curve("digits-cnn", params, "cpu", tmp_path, steady=1)
+    roofline = estimate_curve("digits-cnn", params, "cpu", tmp_path, steady=1, timing="roofline")
+    assert measured.meta["cost_model"].endswith("+measured-ops")
+    assert not roofline.meta["cost_model"].endswith("+measured-ops")
+    assert roofline.peak_bytes == measured.peak_bytes  # the clock moves steps in time, never bytes
+    with pytest.raises(ValueError, match="timing: expected one of measured, roofline, got 'wall'"):
+        estimate_curve("digits-cnn", params, "cpu", tmp_path, timing="wall")

@@ -21,3 +21,13 @@ def test_a_type_or_range_error_is_phrased_in_json_words(params, field, message):
     assert exc.value.field == field
     assert exc.value.message == message
     assert "True" not in str(exc.value) and "None" not in str(exc.value)
+
+
+def test_a_whole_number_float_is_taken_as_the_integer_it_is_and_a_fraction_refused():
+    params = validate_params("tiny-lm", {"batch_size": 4.0, "seq_len": 1e2, "seed": 7.0, "lr": 1.0})
+    assert (params["batch_size"], params["seq_len"], params["seed"]) == (4, 100, 7)
+    assert all(type(params[k]) is int for k in ("batch_size", "seq_len", "seed"))
+    assert type(params["lr"]) is float  # a number parameter stays what it was
+    with pytest.raises(ParamsError) as exc:
+        validate_params("tiny-lm", {"batch_size": 4.5})
+    assert exc.value.field == "batch_size"

@@ -89,12 +89,22 @@ CUDA_COST = DeviceCost("cuda-h100-class", flops_per_s=0.5 * 67e12, half_flops_pe
                        bytes_per_s=0.7 * 4.8e12, overhead_s=6e-6, blas_workspace_bytes=HOPPER_BLAS_WORKSPACE_BYTES)
 
 
-@lru_cache(maxsize=4)
 def measured_cpu_cost(optimizer: str = "adamw") -> DeviceCost:
     """Rates of this machine's CPU with torch's current thread count, measured once per optimizer
     (~0.3 s): a 384^3 matmul, a 3x3 convolution (batch 2, 64 -> 64 channels, 32 x 32), a
     4-M-element add, and the per-phase operator overhead of a tiny training step with
-    ``optimizer`` ("sgd" or "adamw", as ``workers.workloads.training.make_optimizer`` builds them)."""
+    ``optimizer`` ("sgd" or "adamw", as ``workers.workloads.training.make_optimizer`` builds them).
+    Torch's global random state is left as it was (co-located jobs draw from it)."""
+    return _measured_cpu_cost(optimizer, torch.get_num_threads())
+
+
+@lru_cache(maxsize=8)
+def _measured_cpu_cost(optimizer: str, threads: int) -> DeviceCost:
+    with torch.random.fork_rng(devices=[]):
+        return _measure_cpu_cost(optimizer)
+
+
+def _measure_cpu_cost(optimizer: str) -> DeviceCost:
     a = torch.randn(384, 384)
     flops = 2 * 384**3 / _best_seconds(lambda: torch.mm(a, a))
     conv = torch.nn.Conv2d(64, 64, 3, padding=1)

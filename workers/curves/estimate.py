@@ -42,6 +42,7 @@ from workers.curves.trace import Trace, check_iterations, trace_curve
 from workers.workloads.catalog import validate_params
 from workers.workloads.training import TrainingJob, build_parts
 
+TIMINGS = ("measured", "roofline")  # a CPU target's clock (estimate_curve's ``timing``)
 # PyTorch's CUDA caching allocator rounds every request up to 512 bytes (kMinBlockSize).
 DEFAULT_ROUND_BYTES = 512
 
@@ -212,23 +213,30 @@ class MemoryRecorder(TorchDispatchMode):
 def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
                    data_dir: str | Path | None = None, *, warmup: int = 1, steady: int = 2,
                    round_bytes: int = DEFAULT_ROUND_BYTES, cost: DeviceCost | None = None,
-                   correction: Correction | None = None) -> MemoryCurve:
+                   correction: Correction | None = None, timing: str = "measured") -> MemoryCurve:
     """Estimate the steady-state memory curve of catalog workload ``key`` on ``device``.
 
     Runs ``warmup + steady`` iterations on fake tensors; persistent bytes start with the model's
     parameters and buffers. ``device`` is the target (``"cpu"`` or ``"cuda[:N]"``; no GPU is
     needed). Takes seconds even for GPT-2 small at batch 8 x 1024 (see docs/curve-accuracy.md).
     ``correction`` defaults to the workload's ``estimate_corrections`` for the target's device type.
+    ``timing`` sets a CPU target's clock: ``"measured"`` times each distinct operator call here
+    (Note [Measured operator times]; closer to a real run on a quiet machine, but it follows the
+    machine's load while it measures), ``"roofline"`` prices them by a few measured rates
+    (``workers.curves.costs``). A CUDA target always uses the roofline of its datasheet figures.
 
     Raises:
         UnknownWorkload, ParamsError: bad key or params.
-        ValueError: a device other than cpu or cuda[:N]; warmup < 0 or steady < 1.
+        ValueError: a device other than cpu or cuda[:N]; warmup or steady out of range
+            (``trace.check_iterations``); a timing other than measured or roofline.
         CurveError: the run produced no usable iteration.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     wall = time.perf_counter()
     check_iterations(warmup, steady)
+    if timing not in TIMINGS:
+        raise ValueError(f"timing: expected one of {', '.join(TIMINGS)}, got {timing!r}")
     try:
         target = torch.device(device)
     except RuntimeError as exc:
@@ -240,7 +248,7 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     fake_device = target if target.type == "cpu" or torch.backends.cuda.is_built() else torch.device("cpu")
     if cost is None:  # real tensors: outside the fake mode (the CPU's overheads depend on the optimizer)
         base = cost_for(target, validate_params(key, params)["optimizer"])  # as build_parts validates
-        cost = MeasuredOpCost(base) if target.type == "cpu" else base
+        cost = MeasuredOpCost(base) if target.type == "cpu" and timing == "measured" else base
     recorder = MemoryRecorder(cost, round_bytes)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     attention = FlashLikeAttention() if target.type == "cuda" else contextlib.nullcontext()

@@ -56,12 +56,17 @@ class Trace:
         return self.initial_bytes + cum[idx]
 
 
+# A curve needs a few iterations; thousands would run a real or fake training job for hours.
+MAX_ITERATIONS = 100
+
+
 def check_iterations(warmup: int, steady: int) -> None:
-    """Raise ValueError naming ``warmup`` (an integer >= 0 is needed) or ``steady`` (>= 1)."""
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup: expected an integer >= 0, got {warmup!r}")
-    if isinstance(steady, bool) or not isinstance(steady, int) or steady < 1:
-        raise ValueError(f"steady: expected an integer >= 1, got {steady!r}")
+    """Raise ValueError naming ``warmup`` (an integer in 0..MAX_ITERATIONS is needed) or ``steady``
+    (1..MAX_ITERATIONS)."""
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= MAX_ITERATIONS:
+        raise ValueError(f"warmup: expected an integer in 0..{MAX_ITERATIONS}, got {warmup!r}")
+    if isinstance(steady, bool) or not isinstance(steady, int) or not 1 <= steady <= MAX_ITERATIONS:
+        raise ValueError(f"steady: expected an integer in 1..{MAX_ITERATIONS}, got {steady!r}")
 
 
 def records_to_trace(records: Iterable[dict[str, Any]], job: Any = None, initial_bytes: float = 0.0) -> Trace:

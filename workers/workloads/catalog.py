@@ -200,7 +200,8 @@ def get_workload(key: str) -> Workload:
 
 
 def validate_params(key: str, params: dict[str, Any] | None, data_dir: str | Path | None = None) -> dict[str, Any]:
-    """Check ``params`` against the workload's schema; return a new dict with defaults filled in.
+    """Check ``params`` against the workload's schema; return a new dict with defaults filled in
+    and whole-number floats of integer parameters (``8.0``, JSON's ``1e2``) made ints.
 
     Args:
         key: a catalog key.
@@ -227,6 +228,10 @@ def validate_params(key: str, params: dict[str, Any] | None, data_dir: str | Pat
         err = errors[0]
         name = str(err.path[0]) if err.path else "params"
         raise ParamsError(name, _user_message(err))
+    # JSON Schema counts 8.0 as an integer; the job needs an int (slicing, tensor sizes, seeds)
+    for name, spec in props.items():
+        if spec.get("type") == "integer" and isinstance(merged.get(name), float):
+            merged[name] = int(merged[name])
     if "corpus" in merged:
         merged["corpus"] = _check_corpus(merged["corpus"], data_dir)
     return merged

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from workers.curves.trace import MAX_ITERATIONS
 
 MAX_POINTS = 100_000  # more points than any scheduler or chart uses; bounds --points' memory
 
@@ -63,9 +64,14 @@ class Command(BaseCommand):
                            help="a workload parameter (repeatable); values are read as JSON")
             p.add_argument("--params-json", default=None, help="all params as one JSON object")
             p.add_argument("--device", default="cpu", help="target device: cpu or cuda[:N] (default cpu)")
-            p.add_argument("--warmup", type=int, default=1, help="iterations skipped (default 1, >= 0)")
+            p.add_argument("--warmup", type=int, default=1,
+                           help=f"iterations skipped (default 1, 0..{MAX_ITERATIONS})")
             p.add_argument("--steady", type=int, default=None,
-                           help="iterations averaged (>= 1; default 2 for estimate, 3 for profile)")
+                           help=f"iterations averaged (1..{MAX_ITERATIONS}; default 2 for estimate, 3 for profile)")
+            if name == "estimate":
+                p.add_argument("--timing", choices=("measured", "roofline"), default="measured",
+                               help="a CPU target's clock: each operator timed here (default; follows the "
+                                    "machine's load while measuring) or a roofline of a few measured rates")
             self._output_args(p)
         p = sub.add_parser("import", help="a torch.cuda.memory._dump_snapshot pickle", allow_abbrev=False)
         p.add_argument("snapshot", type=Path)
@@ -106,14 +112,15 @@ class Command(BaseCommand):
 
     @staticmethod
     def _check_args(opts: dict[str, Any]) -> None:
-        """Raise CommandError for --points outside 1..MAX_POINTS, --warmup < 0, --steady < 1, a negative
+        """Raise CommandError for --points outside 1..MAX_POINTS, --warmup outside 0..MAX_ITERATIONS,
+        --steady outside 1..MAX_ITERATIONS, a negative
         --device-index, or a --json path that cannot be written (its folder missing, or the path a folder)."""
         if opts.get("points") is not None and not 1 <= opts["points"] <= MAX_POINTS:
             raise CommandError(f"--points: must lie in 1..{MAX_POINTS}, got {opts['points']}")
-        if opts.get("warmup") is not None and opts["warmup"] < 0:
-            raise CommandError(f"--warmup: must be >= 0, got {opts['warmup']}")
-        if opts.get("steady") is not None and opts["steady"] < 1:
-            raise CommandError(f"--steady: must be >= 1, got {opts['steady']}")
+        if opts.get("warmup") is not None and not 0 <= opts["warmup"] <= MAX_ITERATIONS:
+            raise CommandError(f"--warmup: must lie in 0..{MAX_ITERATIONS}, got {opts['warmup']}")
+        if opts.get("steady") is not None and not 1 <= opts["steady"] <= MAX_ITERATIONS:
+            raise CommandError(f"--steady: must lie in 1..{MAX_ITERATIONS}, got {opts['steady']}")
         if opts.get("device_index") is not None and opts["device_index"] < 0:
             raise CommandError(f"--device-index: must be >= 0, got {opts['device_index']}")
         out = opts.get("json_out")
@@ -137,7 +144,8 @@ class Command(BaseCommand):
 
         params = parse_params(opts["param"], opts["params_json"])
         return estimate_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                              warmup=opts["warmup"], steady=2 if opts["steady"] is None else opts["steady"])
+                              warmup=opts["warmup"], steady=2 if opts["steady"] is None else opts["steady"],
+                              timing=opts["timing"])
 
     def _profile(self, opts: dict[str, Any]):
         from workers.curves.capture import profile_curve
