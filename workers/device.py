@@ -72,7 +72,7 @@ class WorkerConfig:
     checkpoint_dir: Path
     data_dir: Path
     checkpoint_every_s: float = 5.0
-    gate_headroom: float = DEFAULT_GATE_HEADROOM  # 0.15; the scheduler plans groups with the same share
+    gate_headroom: float = DEFAULT_GATE_HEADROOM  # 0.15; sent in worker_up, the scheduler plans groups with it
 
     @property
     def gate_fraction(self) -> float:
@@ -136,9 +136,11 @@ class DeviceRuntime:
         self.budget_bytes = int(budget_bytes)
 
     def registration(self) -> dict[str, Any]:
-        """The ``worker_up`` message body: device facts, pid, slots, budget."""
+        """The ``worker_up`` message body: device facts, pid, slots, budget, and the gate headroom
+        (the scheduler plans this device's groups against the share its coordinator gates with)."""
         return {**self.info.to_dict(), "host": self.config.host, "pid": self.pid,
-                "slots": self.config.slots, "budget_bytes": self.budget_bytes}
+                "slots": self.config.slots, "budget_bytes": self.budget_bytes,
+                "gate_headroom": self.config.gate_headroom}
 
 
 _runtime: DeviceRuntime | None = None

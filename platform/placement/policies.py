@@ -97,9 +97,10 @@ class MemoryAware:
         max_slowdown: bound on every group member's predicted slowdown (>= 1).
         cache: a shared :class:`PlanCache` (the service keeps one across rounds).
         group_share: share of a device's budget a group of two or more jobs is planned against, in
-            (0, 1]; a job alone may use the whole budget. The scheduling service passes the share
-            the workers' coordinators gate with (``1 - DEFAULT_GATE_HEADROOM``), so a group it plans
-            is one the worker can run side by side rather than one job at a time.
+            (0, 1], for a device that does not give its own (``Device.group_share``, which its
+            worker registers); a job alone may use the whole budget. The scheduling service passes
+            the share the workers' coordinators gate with by default (``1 - DEFAULT_GATE_HEADROOM``),
+            so a group it plans is one the worker can run side by side rather than one job at a time.
     """
 
     name = "memory-aware"
@@ -120,10 +121,11 @@ class MemoryAware:
     def place(self, state: ClusterState) -> list[Placement]:
         groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
         budgets = {d.id: d.budget_bytes for d in state.devices}
-        # devices with equal budget and equal group are interchangeable: evaluate one of each
+        shares = {d.id: self.group_share if d.group_share is None else d.group_share for d in state.devices}
+        # devices with equal budget, share and group are interchangeable: evaluate one of each
         buckets: dict[tuple, list[Hashable]] = {}
         for d in state.devices:
-            buckets.setdefault(self._signature(d.budget_bytes, groups[d.id]), []).append(d.id)
+            buckets.setdefault(self._signature(d.budget_bytes, shares[d.id], groups[d.id]), []).append(d.id)
         quotas = Quotas(state)
         left = len(state.queued)
         out: list[Placement] = []
@@ -131,26 +133,26 @@ class MemoryAware:
             left -= 1
             if not quotas.allows(job):
                 continue
-            choice = self._choose(job, buckets, groups, budgets, state, left)
+            choice = self._choose(job, buckets, groups, budgets, shares, state, left)
             if choice is None:
                 continue
             dev_id, plan = choice
-            sig = self._signature(budgets[dev_id], groups[dev_id])
+            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
             buckets[sig].remove(dev_id)
             if not buckets[sig]:
                 del buckets[sig]
             groups[dev_id].append(job)
-            buckets.setdefault(self._signature(budgets[dev_id], groups[dev_id]), []).append(dev_id)
+            buckets.setdefault(self._signature(budgets[dev_id], shares[dev_id], groups[dev_id]), []).append(dev_id)
             out.append(Placement(job.id, dev_id, plan))
             quotas.add(job)
         return out
 
     @staticmethod
-    def _signature(budget: float, group: Sequence[Job]) -> tuple:
-        return (budget, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
+    def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
+        return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
 
-    def _choose(self, job, buckets, groups, budgets, state, left):
-        empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[1])
+    def _choose(self, job, buckets, groups, budgets, shares, state, left):
+        empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[2])
         best_empty = None
         candidates = []
         for sig, ids in buckets.items():
@@ -162,7 +164,7 @@ class MemoryAware:
                 continue
             if len(group) >= self.max_group or not may_share(job, group, state.tenants):
                 continue
-            budget *= self.group_share
+            budget *= shares[dev_id]
             members = group + [job]
             if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
                 continue

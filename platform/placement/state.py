@@ -108,6 +108,9 @@ class Device:
             or an operator's budget).
         running: jobs placed on it and not yet finished.
         kind, host, index: where its Celery queue is (``zico.queues.device_queue``).
+        group_share: share of the budget its worker's coordinator gates a group with
+            (``1 - gate_headroom``, from the worker's registration), in (0, 1]; None: the policy's
+            default.
     """
 
     id: DeviceId
@@ -116,10 +119,13 @@ class Device:
     kind: str = "gpu"
     host: str = "localhost"
     index: int = 0
+    group_share: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.budget_bytes > 0 and math.isfinite(self.budget_bytes)):
             raise StateError(f"device {self.id!r} budget_bytes: must be a positive number of bytes")
+        if self.group_share is not None and not 0 < self.group_share <= 1:
+            raise StateError(f"device {self.id!r} group_share: must lie in (0, 1], got {self.group_share}")
         object.__setattr__(self, "running", tuple(self.running))
 
 

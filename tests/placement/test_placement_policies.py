@@ -72,6 +72,22 @@ def test_memory_aware_plans_groups_against_the_gate_share_of_the_budget():
         MemoryAware(group_share=0.0)
 
 
+def test_a_devices_own_gate_share_overrides_the_policys_default():
+    # the same 5.25 GB device twice: d0's worker gates groups at 0.85 of the budget (too little for
+    # the pair's 5 GB), d1's at 1.0; the policy's default (0.85) would refuse both
+    jobs = [_job(1, at=1), _job(2, at=2)]
+    devs = [Device("d0", 5 * GB * 1.05, running=(_job(9),), group_share=0.85),
+            Device("d1", 5 * GB * 1.05, running=(_job(8),), group_share=1.0)]
+    out = MemoryAware(max_slowdown=2.0, group_share=0.85).place(_state(devs, jobs))
+    assert [(p.job_id, p.device_id) for p in out] == [(1, "d1")]
+    # and a device without a share of its own takes the policy's
+    plain = [Device("d0", 5 * GB * 1.05, running=(_job(9),))]
+    assert MemoryAware(max_slowdown=2.0, group_share=0.85).place(_state(plain, jobs)) == []
+    assert len(MemoryAware(max_slowdown=2.0, group_share=1.0).place(_state(plain, jobs))) == 1
+    with pytest.raises(StateError, match="group_share"):
+        Device("d2", GB, group_share=1.5)
+
+
 def test_memory_aware_spreads_over_an_idle_cluster():
     devs = [Device("d0", 12 * GB), Device("d1", 12 * GB)]
     out = MemoryAware().place(_state(devs, [_job(1, at=1), _job(2, at=2)]))

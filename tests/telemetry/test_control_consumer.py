@@ -7,6 +7,7 @@ import time
 import pytest
 from django.utils import timezone
 
+from placement.gating import DEFAULT_GATE_HEADROOM
 from workers.link import Link
 from zico.cluster.models import Device
 from zico.jobs.models import Event, Job
@@ -42,6 +43,25 @@ def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link,
     dev = Device.objects.get(node__host="h1", kind="cpu", index=0)
     assert (dev.total_bytes, dev.budget_bytes, dev.status) == (8 << 30, 6 << 30, "online")
     assert int(r.get(keys.budget_key(DEV))) == 6 << 30
+    assert dev.gate_headroom == DEFAULT_GATE_HEADROOM  # an older worker sends none: the default
+
+
+def test_worker_up_registers_the_workers_gate_headroom_and_refuses_a_bad_one(consumer, link):
+    common = dict(kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30, budget_bytes=6 << 30,
+                  host="h1", pid=123, slots=2)
+    link.emit("worker_up", gate_headroom=0.2, started_at=time.time(), **common)
+    link.flush()
+    drain(consumer)
+    assert Device.objects.get(node__host="h1").gate_headroom == 0.2
+    link.emit("worker_up", gate_headroom=0.3, started_at=time.time(), **common)  # a restart with another flag
+    link.flush()
+    drain(consumer)
+    assert Device.objects.get(node__host="h1").gate_headroom == 0.3
+    link.emit("worker_up", gate_headroom=1.5, started_at=time.time(), **common)
+    link.flush()
+    drain(consumer)
+    # the last message carried a headroom outside [0, 1): the default, not a broken plan
+    assert Device.objects.get(node__host="h1").gate_headroom == DEFAULT_GATE_HEADROOM
 
 
 def test_a_run_goes_running_then_succeeded_with_metrics_and_its_placement_ends(consumer, link, tenant, make_device, make_placed_job):
@@ -221,3 +241,14 @@ def test_the_consumer_survives_its_streams_being_deleted_while_it_waits(redis_ur
         consumer.step()
     consumer._store(consumer.downsampler.flush(time.time() + 60))
     assert TimelinePoint.objects.filter(device__node__host="h1", job=None, reserved_bytes=2 << 20).exists()
+
+
+def test_a_workers_registration_carries_its_gate_headroom_to_the_device_row(consumer, link, tmp_path):
+    from workers.device import DeviceRuntime, WorkerConfig, cpu_info
+
+    config = WorkerConfig("cpu", "h1", 0, 2, 8 << 30, None, "redis://unused", tmp_path, tmp_path, gate_headroom=0.2)
+    runtime = DeviceRuntime(config, cpu_info(8 << 30), allocator=None, link=link)
+    link.emit("worker_up", started_at=time.time(), **runtime.registration())  # as workers.bootstrap sends it
+    link.flush()
+    drain(consumer)
+    assert Device.objects.get(node__host="h1", kind="cpu", index=0).gate_headroom == 0.2

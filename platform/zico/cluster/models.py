@@ -12,6 +12,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
+from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.queues import device_queue
 
 HOST_VALIDATOR = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_-]*$", "letters, digits, '-' and '_' only")
@@ -70,6 +71,10 @@ class Device(models.Model):
     name = models.CharField(max_length=100, help_text="e.g. NVIDIA H100 80GB HBM3")
     total_bytes = models.BigIntegerField(validators=[MinValueValidator(1)])
     budget_bytes = models.BigIntegerField(validators=[MinValueValidator(0)])
+    gate_headroom = models.FloatField(
+        default=DEFAULT_GATE_HEADROOM,
+        help_text="share of the budget its worker's coordinator leaves free (worker --gate-headroom, "
+                  "registered by the worker); the scheduler plans groups against the rest")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ONLINE)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -86,6 +91,8 @@ class Device(models.Model):
                 condition=models.Q(budget_bytes__gte=0) & models.Q(budget_bytes__lte=models.F("total_bytes")),
                 name="device_budget_within_total",
             ),
+            models.CheckConstraint(condition=models.Q(gate_headroom__gte=0) & models.Q(gate_headroom__lt=1),
+                                   name="device_gate_headroom_in_unit_interval"),
         ]
 
     def __str__(self) -> str:

@@ -109,7 +109,8 @@ class Scheduler:
     transactions have committed."""
 
     def __init__(self, policy: Policy | None = None) -> None:
-        # groups planned with the workers' gate share (placement.gating.DEFAULT_GATE_HEADROOM)
+        # groups planned with each device's gate share (its worker's --gate-headroom, registered in
+        # worker_up); this default only serves devices without one
         self.policy = policy or MemoryAware(group_share=1 - DEFAULT_GATE_HEADROOM)
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 

@@ -139,7 +139,8 @@ def take_snapshot(now=None) -> Snapshot:
         if d.pk in blind:
             continue
         snap.devices[d.pk] = d
-        devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host, d.index))
+        devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host,
+                                   d.index, group_share=1 - d.gate_headroom))
     queued = []
     largest = max(all_budgets, default=0)
     for job in ready:

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
+from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
@@ -58,6 +59,19 @@ def end_placement_if_done(placement: Placement | None, reason: str) -> None:
         placement.end(reason)
 
 
+def _gate_headroom(msg: dict[str, Any]) -> float:
+    """The worker's gate headroom from its ``worker_up``; the default when it sent none (an older
+    worker), and with a warning when it sent one outside [0, 1)."""
+    if "gate_headroom" not in msg:
+        return DEFAULT_GATE_HEADROOM
+    value = msg["gate_headroom"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        log.warning("worker_up from %s: gate_headroom %r is not in [0, 1); using %s",
+                    msg.get("device"), value, DEFAULT_GATE_HEADROOM)
+        return DEFAULT_GATE_HEADROOM
+    return float(value)
+
+
 # -- handlers ------------------------------------------------------------------------------------
 def on_worker_up(msg: dict[str, Any], r) -> Device:
     """Register (or refresh) the worker's node and device; requeue runs its previous process left behind."""
@@ -66,15 +80,18 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
     with transaction.atomic():
         node, _ = Node.objects.get_or_create(host=host)
         dev = Device.objects.select_for_update().filter(node=node, kind=kind, index=index).first()
+        headroom = _gate_headroom(msg)
         if dev is None:
             budget = min(int(msg.get("budget_bytes") or total), total)
             dev = Device.objects.create(node=node, kind=kind, index=index, name=str(msg.get("name", ""))[:100],
-                                        uuid=str(msg.get("uuid", ""))[:64], total_bytes=total, budget_bytes=budget)
+                                        uuid=str(msg.get("uuid", ""))[:64], total_bytes=total, budget_bytes=budget,
+                                        gate_headroom=headroom)
         else:
             dev.name, dev.uuid, dev.total_bytes = str(msg.get("name", ""))[:100], str(msg.get("uuid", ""))[:64], total
             dev.budget_bytes = min(dev.budget_bytes, total)
+            dev.gate_headroom = headroom
             dev.status = "online"
-            dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "status"])
+            dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "gate_headroom", "status"])
         Node.objects.filter(pk=node.pk).update(status="online")
     dev.heartbeat(_dt(msg["t"]))
     r.set(keys.budget_key(msg["device"]), dev.budget_bytes)
