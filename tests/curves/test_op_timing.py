@@ -96,6 +96,16 @@ def test_the_estimates_zero_grad_frees_gradients_one_parameter_at_a_time(tmp_pat
     assert slow.peak_bytes == instant.peak_bytes
 
 
+def test_dropping_the_autograd_graph_ends_the_estimates_iteration_after_its_modelled_time(tmp_path):
+    base = replace(measured_cpu_cost("sgd"), zero_grad_s_per_param=0.0)
+    params = {"batch_size": 8}
+    instant = estimate_curve("digits-cnn", params, "cpu", tmp_path, steady=1, cost=replace(base, teardown_s_per_op=0.0))
+    slow = estimate_curve("digits-cnn", params, "cpu", tmp_path, steady=1, cost=replace(base, teardown_s_per_op=0.01))
+    forward_ops = slow.meta["forward_ops_per_iteration"]
+    assert forward_ops >= 8  # two convolutions, ReLUs, poolings, a linear layer, the loss
+    assert slow.iteration_s - instant.iteration_s == pytest.approx(0.01 * forward_ops, abs=1e-6)
+
+
 def test_metadata_queries_of_fake_tensors_cost_no_time():
     from workers.curves.estimate import MemoryRecorder
 

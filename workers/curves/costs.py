@@ -14,6 +14,7 @@ the absolute figures set ``iteration_s``.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -56,6 +57,10 @@ class DeviceCost:
     # Seconds ``zero_grad(set_to_none=True)`` takes per parameter: Python that frees gradients and
     # issues no operator, so without it every gradient would be freed at one instant (CPU only).
     zero_grad_s_per_param: float = 0.0
+    # Seconds per forward operator of dropping the loss after the step: the autograd graph (one node
+    # per differentiable forward operator) is destroyed, ~0.1-0.5 ms at the end of a ResNet or GPT-2
+    # iteration on this CPU, measured (CPU only).
+    teardown_s_per_op: float = 0.0
 
     def overhead_for(self, phase: str | None) -> float:
         """Seconds of overhead per operator issued in ``phase``."""
@@ -113,10 +118,10 @@ def _measure_cpu_cost(optimizer: str) -> DeviceCost:
         conv_flops = 2 * 2 * 64 * 64 * 9 * 32 * 32 / _best_seconds(lambda: conv(img))
     x = torch.randn(4_000_000)
     bw = 3 * x.numel() * 4 / _best_seconds(lambda: x + x)
-    phases, inside, zero_grad = _phase_overheads(optimizer)
+    phases, inside, zero_grad, teardown = _phase_overheads(optimizer)
     return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t-{optimizer}", flops, flops, bw,
                       phases["forward"], tuple(phases.items()), conv_flops, phase_op_s=tuple(inside.items()),
-                      zero_grad_s_per_param=zero_grad)
+                      zero_grad_s_per_param=zero_grad, teardown_s_per_op=teardown)
 
 
 def _best_seconds(fn, reps: int = 6) -> float:
@@ -139,14 +144,16 @@ def _call_seconds(func, args, kwargs) -> float:
 
 
 def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
-                     ) -> tuple[dict[str, float], dict[str, float], float]:
+                     ) -> tuple[dict[str, float], dict[str, float], float, float]:
     """Seconds per operator in each phase of a tiny real training step (8 linear layers of width
     16, batch 2, ``optimizer``), where compute is negligible and overhead is all there is:
     operators are counted once under a dispatch mode, and the phases are timed without it (each
-    phase's fastest of ``iterations`` steps, the least disturbed by other processes).
+    phase's median over ``iterations`` steps: robust to a disturbed step, and unlike the fastest not
+    below what a real run's steps take on average).
     Second: the mean seconds per operator call when each is timed alone, as
     ``op_timing.MeasuredOpCost`` times them, per phase. Third: seconds per parameter of
-    ``zero_grad(set_to_none=True)``, which issues no operator (timed apart from the optimizer)."""
+    ``zero_grad(set_to_none=True)``, which issues no operator (timed apart from the optimizer).
+    Fourth: seconds per forward operator of dropping the loss (its autograd graph) afterwards."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from workers.workloads.training import make_optimizer
@@ -164,9 +171,9 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
     opt = make_optimizer({"optimizer": optimizer, "lr": 1e-3}, model)
     x = torch.randn(2, 16)
 
-    def step(timer: dict[str, float] | None, counter: dict[str, int] | None):
+    def step(timer: dict[str, list[float]] | None, counter: dict[str, int] | None):
         for name, fn in (("forward", lambda: model(x).square().mean()), ("backward", None), ("optimizer", None),
-                         ("zero_grad", None)):
+                         ("zero_grad", None), ("teardown", None)):
             t0, n0, c0 = time.perf_counter(), Count.n, len(Count.calls)
             if name == "forward":
                 loss = fn()
@@ -174,10 +181,12 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
                 loss.backward()
             elif name == "optimizer":
                 opt.step()
-            else:
+            elif name == "zero_grad":
                 opt.zero_grad(set_to_none=True)
+            else:
+                loss = None  # the last reference: the graph goes
             if timer is not None:
-                timer[name] = min(timer.get(name, float("inf")), time.perf_counter() - t0)
+                timer.setdefault(name, []).append(time.perf_counter() - t0)
             if counter is not None:
                 counter[name] = Count.n - n0
                 calls[name] = Count.calls[c0:]
@@ -190,12 +199,14 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
     # each operator call timed alone as op_timing.MeasuredOpCost times them: best of 3 after a warm-up
     with torch.no_grad():
         inside = {k: sum(_call_seconds(f, a, kw) for f, a, kw in v) for k, v in calls.items()}
-    times: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
     for _ in range(iterations):
-        step(times, None)
+        step(samples, None)
+    times = {k: statistics.median(v) for k, v in samples.items()}
     zero_grad = times.pop("zero_grad") / len(list(model.parameters()))
+    teardown = times.pop("teardown") / max(counts["forward"], 1)
     return ({k: times[k] / max(counts[k], 1) for k in times},
-            {k: inside[k] / max(counts[k], 1) for k in times}, zero_grad)
+            {k: inside[k] / max(counts[k], 1) for k in times}, zero_grad, teardown)
 
 
 def cost_for(device: torch.device, optimizer: str = "adamw") -> DeviceCost:

@@ -44,6 +44,7 @@ class MeasuredOpCost:
         self.name = f"{base.name}+measured-ops"
         self.blas_workspace_bytes = base.blas_workspace_bytes
         self.zero_grad_s_per_param = base.zero_grad_s_per_param
+        self.teardown_s_per_op = base.teardown_s_per_op
         self.max_bytes = max_bytes
         self.reps = reps
         self._seconds: dict[tuple, float | None] = {}
