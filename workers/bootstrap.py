@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
     p.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM,
                    help="share of the budget the coordinator keeps free for the pool's overhead (default "
-                        f"{DEFAULT_GATE_HEADROOM}; the scheduler plans groups with this default)")
+                        f"{DEFAULT_GATE_HEADROOM}; registered with the device, the scheduler plans its groups "
+                        "against the rest)")
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     if args.kind == "cpu" and not args.capacity:

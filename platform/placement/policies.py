@@ -122,6 +122,7 @@ class MemoryAware:
         groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
         budgets = {d.id: d.budget_bytes for d in state.devices}
         shares = {d.id: self.group_share if d.group_share is None else d.group_share for d in state.devices}
+        rank = {d.id: k for k, d in enumerate(state.devices)}  # ties between equal empty devices: state order
         # devices with equal budget, share and group are interchangeable: evaluate one of each
         buckets: dict[tuple, list[Hashable]] = {}
         for d in state.devices:
@@ -133,7 +134,7 @@ class MemoryAware:
             left -= 1
             if not quotas.allows(job):
                 continue
-            choice = self._choose(job, buckets, groups, budgets, shares, state, left)
+            choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left)
             if choice is None:
                 continue
             dev_id, plan = choice
@@ -151,15 +152,16 @@ class MemoryAware:
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
         return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
 
-    def _choose(self, job, buckets, groups, budgets, shares, state, left):
+    def _choose(self, job, buckets, groups, budgets, shares, rank, state, left):
         empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[2])
         best_empty = None
         candidates = []
         for sig, ids in buckets.items():
             dev_id = ids[0]
             group, budget = groups[dev_id], budgets[dev_id]
-            if not group:
-                if job.peak_bytes <= budget * (1 + BUDGET_RTOL) and (best_empty is None or budget < budgets[best_empty]):
+            if not group:  # the smallest empty device that fits; equal ones by their order in the state
+                if job.peak_bytes <= budget * (1 + BUDGET_RTOL) and (
+                        best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])):
                     best_empty = dev_id
                 continue
             if len(group) >= self.max_group or not may_share(job, group, state.tenants):

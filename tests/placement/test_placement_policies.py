@@ -88,6 +88,15 @@ def test_a_devices_own_gate_share_overrides_the_policys_default():
         Device("d2", GB, group_share=1.5)
 
 
+def test_equal_empty_devices_are_taken_in_their_order_whatever_their_shares():
+    # after job 1 takes d0, d2 heads the remaining 0.6-share bucket, which comes before d1's:
+    # the tie between d1 and d2 (same budget, both empty) must still go to d1, the earlier device
+    devs = [Device("d0", 12 * GB, group_share=0.6), Device("d1", 12 * GB, group_share=1.0),
+            Device("d2", 12 * GB, group_share=0.6), Device("d3", 12 * GB, group_share=1.0)]
+    out = MemoryAware().place(_state(devs, [_job(1, at=1), _job(2, at=2)]))
+    assert [(p.job_id, p.device_id) for p in out] == [(1, "d0"), (2, "d1")]
+
+
 def test_memory_aware_spreads_over_an_idle_cluster():
     devs = [Device("d0", 12 * GB), Device("d1", 12 * GB)]
     out = MemoryAware().place(_state(devs, [_job(1, at=1), _job(2, at=2)]))

@@ -8,6 +8,7 @@ active one gets that run aborted through Redis (see :func:`zico.telemetry.keys.a
 from __future__ import annotations
 
 import logging
+import reprlib
 from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
@@ -66,8 +67,8 @@ def _gate_headroom(msg: dict[str, Any]) -> float:
         return DEFAULT_GATE_HEADROOM
     value = msg["gate_headroom"]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        log.warning("worker_up from %s: gate_headroom %r is not in [0, 1); using %s",
-                    msg.get("device"), value, DEFAULT_GATE_HEADROOM)
+        log.warning("worker_up from %s: gate_headroom %s is not in [0, 1); using %s",
+                    msg.get("device"), reprlib.repr(value), DEFAULT_GATE_HEADROOM)
         return DEFAULT_GATE_HEADROOM
     return float(value)
 
