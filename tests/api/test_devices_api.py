@@ -55,3 +55,12 @@ def test_only_the_budget_is_writable(personas, devices, client_for):
     assert c.put(f"/api/devices/{small.pk}/", {"budget_bytes": GIB}, format="json").status_code == 405
     c.patch(f"/api/devices/{small.pk}/", {"budget_bytes": GIB, "total_bytes": 1}, format="json")
     assert Device.objects.get(pk=small.pk).total_bytes == 16 * GIB
+
+
+def test_a_devices_gate_headroom_is_shown_and_not_writable(personas, devices, client_for):
+    small, _ = devices
+    Device.objects.filter(pk=small.pk).update(gate_headroom=0.2)  # as the worker registered it
+    c = client_for(personas.staff)
+    assert c.get(f"/api/devices/{small.pk}/").data["gate_headroom"] == 0.2
+    r = c.patch(f"/api/devices/{small.pk}/", {"gate_headroom": 0.5}, format="json")
+    assert r.status_code == 400 and Device.objects.get(pk=small.pk).gate_headroom == 0.2

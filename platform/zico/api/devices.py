@@ -22,8 +22,8 @@ class DeviceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Device
-        fields = ["id", "host", "index", "kind", "uuid", "name", "total_bytes", "budget_bytes", "status",
-                  "last_heartbeat", "queue"]
+        fields = ["id", "host", "index", "kind", "uuid", "name", "total_bytes", "budget_bytes", "gate_headroom",
+                  "status", "last_heartbeat", "queue"]
         read_only_fields = [f for f in fields if f != "budget_bytes"]
 
 
