@@ -138,3 +138,14 @@ def test_the_roofline_clock_is_the_alternative_and_other_clocks_are_refused(tmp_
     assert roofline.peak_bytes == measured.peak_bytes  # the clock moves steps in time, never bytes
     with pytest.raises(ValueError, match="timing: expected one of measured, roofline, got 'wall'"):
         estimate_curve("digits-cnn", params, "cpu", tmp_path, timing="wall")
+
+
+def test_the_roofline_charges_a_view_no_bytes_and_an_embedding_only_the_rows_it_reads():
+    table, ids = fake((50_000, 768)), fake((2, 64), torch.int64)
+    with MODE:
+        t = table.t()
+        rows = torch.nn.functional.embedding(ids, table)
+    cost = DeviceCost("test", 1e12, 1e12, bytes_per_s=1e9, overhead_s=1e-6)
+    assert cost.op_seconds(aten.t.default, (table,), {}, t) == pytest.approx(1e-6)  # 154 MB would be 0.3 s
+    read = ids.numel() * 8 + 2 * rows.numel() * 4  # indices, the gathered rows, the output
+    assert cost.op_seconds(aten.embedding.default, (table, ids), {}, rows) == pytest.approx(1e-6 + read / 1e9)

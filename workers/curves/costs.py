@@ -67,8 +67,14 @@ class DeviceCost:
         return dict(self.phase_overhead_s).get(phase, self.overhead_s)
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
-        """Modelled seconds of one aten operator call issued in ``phase``."""
-        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        """Modelled seconds of one aten operator call issued in ``phase``. A view (``t``, ``detach``,
+        ``expand``...) moves no data: overhead only. An embedding lookup reads the rows it gathers, not
+        the whole table (GPT-2's is 154 MB)."""
+        if func.is_view:
+            return self.overhead_for(phase)
+        # embedding(weight, indices): the indices, the rows read (as many bytes as the output) and the output
+        touched = (args[1:], out, out) if func.overloadpacket is _aten.embedding else (args, kwargs, out)
+        tensors = [t for t in tree_flatten(touched)[0] if isinstance(t, torch.Tensor)]
         moved = sum(t.numel() * t.element_size() for t in tensors)
         seconds = moved / self.bytes_per_s
         count = _FLOPS.get(func.overloadpacket)
