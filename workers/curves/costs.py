@@ -117,20 +117,20 @@ def _measured_cpu_cost(optimizer: str, threads: int) -> DeviceCost:
 
 def _measure_cpu_cost(optimizer: str) -> DeviceCost:
     a = torch.randn(384, 384)
-    flops = 2 * 384**3 / _best_seconds(lambda: torch.mm(a, a))
+    flops = 2 * 384**3 / best_seconds(lambda: torch.mm(a, a))
     conv = torch.nn.Conv2d(64, 64, 3, padding=1)
     img = torch.randn(2, 64, 32, 32)
     with torch.no_grad():
-        conv_flops = 2 * 2 * 64 * 64 * 9 * 32 * 32 / _best_seconds(lambda: conv(img))
+        conv_flops = 2 * 2 * 64 * 64 * 9 * 32 * 32 / best_seconds(lambda: conv(img))
     x = torch.randn(4_000_000)
-    bw = 3 * x.numel() * 4 / _best_seconds(lambda: x + x)
+    bw = 3 * x.numel() * 4 / best_seconds(lambda: x + x)
     phases, inside, zero_grad, teardown = _phase_overheads(optimizer)
     return DeviceCost(f"cpu-measured-{torch.get_num_threads()}t-{optimizer}", flops, flops, bw,
                       phases["forward"], tuple(phases.items()), conv_flops, phase_op_s=tuple(inside.items()),
                       zero_grad_s_per_param=zero_grad, teardown_s_per_op=teardown)
 
 
-def _best_seconds(fn, reps: int = 6) -> float:
+def best_seconds(fn, reps: int = 6) -> float:
     """Fastest of ``reps`` timed calls after one warm-up (the least disturbed by other processes)."""
     fn()
     best = float("inf")
@@ -144,7 +144,7 @@ def _best_seconds(fn, reps: int = 6) -> float:
 def _call_seconds(func, args, kwargs) -> float:
     """Best of 3 timed calls of one recorded operator call; 0 for one that cannot be repeated."""
     try:
-        return _best_seconds(lambda: func(*args, **kwargs), reps=3)
+        return best_seconds(lambda: func(*args, **kwargs), reps=3)
     except RuntimeError:
         return 0.0
 
@@ -164,23 +164,21 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
 
     from workers.workloads.training import make_optimizer
 
-    class Count(TorchDispatchMode):
-        n = 0
+    class Record(TorchDispatchMode):
         calls: list = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += 1
-            Count.calls.append((func, args, kwargs or {}))
+            Record.calls.append((func, args, kwargs or {}))
             return func(*args, **(kwargs or {}))
 
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()) for _ in range(8)])
     opt = make_optimizer({"optimizer": optimizer, "lr": 1e-3}, model)
     x = torch.randn(2, 16)
 
-    def step(timer: dict[str, list[float]] | None, counter: dict[str, int] | None):
+    def step(timer: dict[str, list[float]] | None = None, calls: dict[str, list] | None = None):
         for name, fn in (("forward", lambda: model(x).square().mean()), ("backward", None), ("optimizer", None),
                          ("zero_grad", None), ("teardown", None)):
-            t0, n0, c0 = time.perf_counter(), Count.n, len(Count.calls)
+            t0, c0 = time.perf_counter(), len(Record.calls)
             if name == "forward":
                 loss = fn()
             elif name == "backward":
@@ -193,21 +191,20 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
                 loss = None  # the last reference: the graph goes
             if timer is not None:
                 timer.setdefault(name, []).append(time.perf_counter() - t0)
-            if counter is not None:
-                counter[name] = Count.n - n0
-                calls[name] = Count.calls[c0:]
+            if calls is not None:
+                calls[name] = Record.calls[c0:]
 
-    step(None, None)  # optimizer state, caches
-    counts: dict[str, int] = {}
+    step()  # optimizer state, caches
     calls: dict[str, list] = {}
-    with Count():
-        step(None, counts)
+    with Record():
+        step(calls=calls)
+    counts = {k: len(v) for k, v in calls.items()}
     # each operator call timed alone as op_timing.MeasuredOpCost times them: best of 3 after a warm-up
     with torch.no_grad():
         inside = {k: sum(_call_seconds(f, a, kw) for f, a, kw in v) for k, v in calls.items()}
     samples: dict[str, list[float]] = {}
     for _ in range(iterations):
-        step(samples, None)
+        step(samples)
     times = {k: statistics.median(v) for k, v in samples.items()}
     zero_grad = times.pop("zero_grad") / len(list(model.parameters()))
     teardown = times.pop("teardown") / max(counts["forward"], 1)

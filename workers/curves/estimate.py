@@ -43,6 +43,7 @@ from workers.workloads.catalog import validate_params
 from workers.workloads.training import TrainingJob, build_parts
 
 TIMINGS = ("measured", "roofline")  # a CPU target's clock (estimate_curve's ``timing``)
+
 # PyTorch's CUDA caching allocator rounds every request up to 512 bytes (kMinBlockSize).
 DEFAULT_ROUND_BYTES = 512
 
@@ -291,7 +292,7 @@ class _FakeTrainingJob(TrainingJob):
     def _zero_grad(self) -> None:
         # As Optimizer.zero_grad(set_to_none=True), one parameter at a time on the modelled clock:
         # each gradient is freed (its finalizer records the free) after its share of the time.
-        step = getattr(self._recorder.cost, "zero_grad_s_per_param", 0.0)
+        step = self._recorder.cost.zero_grad_s_per_param
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -301,6 +302,6 @@ class _FakeTrainingJob(TrainingJob):
     def _record(self, i: int, loss: torch.Tensor, stats: dict[str, torch.Tensor]) -> float:
         # After this the loop drops the loss, and with it the autograd graph: ~one node per forward
         # operator to destroy before the iteration ends (0.1-0.5 ms measured for the ResNets, GPT-2).
-        self._recorder.clock += getattr(self._recorder.cost, "teardown_s_per_op", 0.0) * self._recorder.forward_ops
+        self._recorder.clock += self._recorder.cost.teardown_s_per_op * self._recorder.forward_ops
         self.iterations_done = i + 1
         return float("nan")

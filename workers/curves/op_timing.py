@@ -11,8 +11,9 @@ So for a CPU target the estimate runs each distinct operator call once for real:
 signature (operator, and every argument's shape, stride and dtype, or value) is seen, the call is
 repeated on real tensors of those shapes (floats drawn from U[0.5, 1.5): no NaN from a ``sqrt`` or
 ``log``, which made AdamW's ``sqrt`` 12x slower than on its real, non-negative state; integers and
-booleans zero, so that indices are in range), once to warm up and then timed, best of ``reps``. A signature whose
-tensors exceed ``max_bytes`` together, or that fails on made-up values, is priced by the roofline
+booleans zero, so that indices are in range), once to warm up and then timed, best of ``reps``
+(``costs.best_seconds``, as the calibration times its own operators). A signature whose tensors
+exceed ``max_bytes`` together, or that fails on made-up values, is priced by the roofline
 instead. Real memory held is one operator's tensors at a time, freed before the next, and never
 more than ``max_bytes`` (64 MiB by default); torch's random state is restored afterwards.
 
@@ -21,13 +22,12 @@ less the measured time of the tiny calibration step's own operators, so it is no
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from workers.curves.costs import DeviceCost
+from workers.curves.costs import DeviceCost, best_seconds
 
 DEFAULT_MAX_BYTES = 64 * 2**20
 
@@ -35,27 +35,32 @@ DEFAULT_MAX_BYTES = 64 * 2**20
 class MeasuredOpCost:
     """Cost model with ``DeviceCost``'s interface whose operator seconds are measured here.
 
-    ``base`` gives the per-phase overheads and prices what cannot be measured. ``calls`` and
-    ``measured`` count lookups and distinct signatures timed (figures for the curve's meta).
+    ``base`` gives the per-phase overheads and the calibration's other figures (read through this
+    object), and prices what cannot be measured. ``measured`` counts the distinct signatures seen.
     """
 
     def __init__(self, base: DeviceCost, max_bytes: int = DEFAULT_MAX_BYTES, reps: int = 3):
         self.base = base
         self.name = f"{base.name}+measured-ops"
-        self.blas_workspace_bytes = base.blas_workspace_bytes
-        self.zero_grad_s_per_param = base.zero_grad_s_per_param
-        self.teardown_s_per_op = base.teardown_s_per_op
         self.max_bytes = max_bytes
         self.reps = reps
         self._seconds: dict[tuple, float | None] = {}
-        self.measured = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # the calibration's figures (blas_workspace_bytes, zero_grad_s_per_param, ...) are the base's
+        if name == "base":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    @property
+    def measured(self) -> int:
+        return len(self._seconds)
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
         """Modelled seconds of one aten operator call issued in ``phase`` (see the module note)."""
         key = _signature(func, args, kwargs)
         if key not in self._seconds:
             self._seconds[key] = self._measure(func, args, kwargs, out)
-            self.measured += 1
         seconds = self._seconds[key]
         if seconds is None:
             return self.base.op_seconds(func, args, kwargs, out, phase)
@@ -74,14 +79,7 @@ class MeasuredOpCost:
         with unset_fake_temporarily(), torch.random.fork_rng(devices=[]):
             try:
                 real_args, real_kwargs = tree_map(_real_like, (args, kwargs))
-                fn = (lambda: func(*real_args, **real_kwargs))
-                fn()
-                best = float("inf")
-                for _ in range(self.reps):
-                    t0 = time.perf_counter()
-                    fn()
-                    best = min(best, time.perf_counter() - t0)
-                return best
+                return best_seconds(lambda: func(*real_args, **real_kwargs), self.reps)
             except Exception:  # noqa: BLE001 - made-up values a kernel refuses: price by the roofline
                 return None
 
