@@ -17,15 +17,17 @@ whose lower bound beats the best upper bound get an exact check (:func:`exact_pe
 Three or more jobs (k - 1 free shifts): coarse to fine. (1) Every box of a coarse grid of ``n0``
 steps is priced (``n0`` the largest power of two with ``n0 ** k <= EXHAUSTIVE_CELLS``: 64 steps
 for three jobs, 32 for four, 16 for five; the last job's shift is a max-plus product, so a
-level costs ``n0 ** k`` additions). (2) The grid is halved step by step up to ``resolution``;
+level costs ``n0 ** k`` additions). (2) The grid step is halved level by level up to ``resolution``;
 each level keeps the ``BEAM`` boxes with the lowest lower bounds among those that could still
 beat the best upper bound by more than ``SEARCH_RTOL`` (the rest provably cannot), plus the
 ``BEAM // 4`` with the best upper bounds (so the best corner found so far is never dropped), and
 prices their 2 ** (k - 1) children. (3) A window of +-2 steps (+-1 for five jobs or more) around
 the three best corners is priced, and the three best get an exact check. Without the beam cap
-(1)-(2) would be a branch and bound; the cap makes it a heuristic: measured against brute force
-over a fine grid (tests/placement/test_placement_group_search.py, docs/placement.md) it is within
-1 % for identical triangular curves, mixed estimated curves and random step curves.
+(1)-(2) would be a branch and bound; the cap makes it a heuristic. Against brute force over a
+fine grid (tests/placement/test_placement_group_search.py, docs/placement.md) it is within 1 %
+for identical triangular curves, mixed catalog estimates and random step curves on grids up to
+``n0`` steps (where level (1) alone is exhaustive); random curves with finer detail than ``n0``
+(no structure at the coarse grid's scale) can end a few per cent above the optimum.
 
 With a budget the least-delay shifts are wanted (where gating settles): jobs are added one at a
 time at their smallest fitting shift (greedy); when that finds none for three or more jobs, the
@@ -113,10 +115,12 @@ def best_shifts(curves: Sequence[MemoryCurve], budget_bytes: float | None = None
     ``resolution``: grid steps per iteration (the search of three or more jobs uses the first
     grid of ``n0 * 2 ** j`` steps at least this fine).
 
-    Raises ValueError on unequal iteration times or an empty group.
+    Raises ValueError on unequal iteration times, an empty group or a resolution below 1.
     """
     if not curves:
         raise ValueError("best_shifts needs at least one curve")
+    if resolution < 1:
+        raise ValueError(f"resolution must be >= 1, got {resolution}")
     if not equal_periods(curves):
         raise ValueError("unequal iteration times: plan per-iteration gating with plan_group")
     curves = list(curves)
