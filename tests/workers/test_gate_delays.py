@@ -1,6 +1,7 @@
 """What counts as a delay at the gate (Note [Delays that count] in workers/gate.py): a job alone on its
 coordinator is never held back, short waits are bookkeeping, and real delays are reported as running totals."""
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -61,3 +62,35 @@ def test_short_waits_are_not_delays_and_real_ones_are_aggregated():
     assert tally.report(final=True) is None  # nothing new since
     tally.add(0.1)
     assert tally.report(final=True)["delays"] == 3
+
+
+def test_a_new_jobs_warm_up_does_not_wait_out_a_busy_neighbours_whole_run():
+    # Note [Warm-up iteration]: a neighbour iterating back to back used to keep the new job out until it ended
+    curve = triangular_curve(10 * MIB, 100 * MIB, iteration_s=0.02)
+    coordinator = Coordinator(150 * MIB)  # the two peaks never fit together: they must alternate
+    a, b = _gate(coordinator, curve, 1), _gate(coordinator, curve, 2)
+    a.join(1)
+    done = []
+    started = threading.Event()
+
+    def run_a():
+        for i in range(60):
+            a.wait(1, i)
+            a.progress(1, "iteration_start", i)
+            started.set()
+            time.sleep(0.02)  # the iteration's work
+            a.progress(1, "iteration_end", i)
+            done.append(i)
+
+    t = threading.Thread(target=run_a)
+    t.start()
+    assert started.wait(5)
+    b.join(2)
+    b.wait(2, 0)  # b's warm-up is admitted...
+    admitted_after = len(done)
+    b.progress(2, "iteration_start", 0)
+    time.sleep(0.02)  # b's warm-up work
+    b.progress(2, "iteration_end", 0)
+    t.join(30)
+    assert not t.is_alive() and len(done) == 60
+    assert admitted_after < 10, f"b's warm-up waited for {admitted_after} of a's 60 iterations"
