@@ -1,13 +1,11 @@
-"""Snapshot importer tests: the shared real snapshots, and a malformed/hostile-input suite."""
+"""Snapshot importer tests: the real snapshots in data/, and a malformed/hostile-input suite (hostile
+sizes: test_snapshot_limits.py)."""
 import pickle
-from pathlib import Path
 
 import pytest
 
 from workers.curves.snapshot import SnapshotError, live_bytes, load_snapshot, snapshot_curve
 
-SNAPSHOTS = Path("/work/shared/data/torch-snapshots")
-REAL = sorted(SNAPSHOTS.glob("*.pickle"))
 MiB = 1 << 20
 
 
@@ -29,9 +27,8 @@ def direct_peak(path):
     return peak, end_live
 
 
-@pytest.mark.skipif(not REAL, reason="shared snapshots not present")
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_real_snapshots_import_with_the_trace_peak(path):
+def test_real_snapshots_import_with_the_trace_peak(real_snapshot):
+    path = real_snapshot
     curve = snapshot_curve(path)
     peak, end_live = direct_peak(path)
     assert curve.source == "torch-snapshot"
@@ -131,7 +128,7 @@ def test_a_repeating_trace_is_cut_to_one_period():
 def test_period_search_gives_up_after_its_comparison_budget():
     import numpy as np
 
-    from workers.curves.snapshot import find_period
+    from workers.curves.period import find_period
 
     period = np.array([4096] + [512, -512] * 40 + [-4096])  # 82 events, back to its level
     deltas = np.tile(period, 3)
