@@ -38,7 +38,6 @@ one window (``meta.window`` says which).
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -75,7 +74,7 @@ def load_snapshot(source: str | Path | bytes | BinaryIO) -> dict[str, Any]:
         try:
             size = Path(source).stat().st_size
             if size > MAX_FILE_BYTES:
-                raise SnapshotError(f"snapshot file is {size} bytes; the limit is {MAX_FILE_BYTES}")
+                raise SnapshotError(f"snapshot file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}")
             data = Path(source).read_bytes()
         except OSError as exc:
             raise SnapshotError(f"cannot read snapshot {source}: {exc.strerror or exc}") from exc
@@ -84,7 +83,7 @@ def load_snapshot(source: str | Path | bytes | BinaryIO) -> dict[str, Any]:
     else:
         data = source.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise SnapshotError(f"snapshot is larger than the {MAX_FILE_BYTES}-byte limit")
+        raise SnapshotError(f"snapshot is larger than the {MAX_FILE_BYTES:,}-byte limit")
     if not data:
         raise SnapshotError("snapshot is empty")
     try:
@@ -145,7 +144,7 @@ def _time_us(v: Any, what: str) -> float:
     """A timestamp in microseconds: an int or finite float in [0, MAX_TIME_US]."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         raise SnapshotError(f"{what}: expected a number of microseconds, got {_kind(v)}")
-    if not (math.isfinite(v) and 0 <= v <= MAX_TIME_US):
+    if not 0 <= v <= MAX_TIME_US:  # NaN compares false too; a huge int never reaches float()
         raise SnapshotError(f"{what}: {_show(v)} is outside [0, 2**53] microseconds")
     return float(v)
 
@@ -310,7 +309,7 @@ def snapshot_curve(source: str | Path | bytes | BinaryIO, device: int | None = N
         window = f"repeating period of {period} events"
     if t1 <= t0:  # equal first and last times (e.g. a trace stamped with one time): no window to cut
         raise SnapshotError(f"device_traces[{lb.device}]: the events of the {window} span no time "
-                            f"(both ends at {_show(t0)} us); a curve needs a time window")
+                            f"(first and last event at {t1:.0f} us); a curve needs a time window")
     lo = max(int(np.searchsorted(t, t0, side="right")) - 1, 0)
     hi = int(np.searchsorted(t, t1, side="right"))
     ts, bs = t[lo:hi].copy(), b[lo:hi].copy()
