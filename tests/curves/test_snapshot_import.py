@@ -82,6 +82,10 @@ def test_a_small_wellformed_snapshot_counts_memory_live_before_the_trace():
     (snapshot_bytes([ev("alloc", 0x1000, MiB, 1), ev("alloc", 0x1000 + MiB, MiB, 2)], blocks=()), "go negative"),
     (snapshot_bytes([["alloc", 1, 2]]), r"\[0\]: expected a dict"),
     (snapshot_bytes([ev("alloc", 0x1000, 512, float("nan"))]), r"\[0\].time_us: nan is outside"),
+    (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 1 << 50, 1), ev("alloc", 0x1000 + 9 * MiB, 1 << 50, 2)]),
+     r"\[1\]: live bytes would change by more than 1,125,899,906,842,624 over the trace"),
+    (snapshot_bytes(GOOD, blocks=((0x1000, 1 << 50, "active_allocated"), (0x2000, 1 << 50, "active_allocated"))),
+     "segments: active blocks on device 0 hold 2,251,799,813,685,248 bytes"),
     (snapshot_bytes([ev("alloc", 0x1000, 512, True)]), r"\[0\].time_us: expected a number of microseconds, got bool"),
     (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 512, 2**62), ev("alloc", 0x1000 + 9 * MiB, 512, 2**62 + 1)]),
      r"\[0\].time_us: 4611686018427387904 is outside \[0, 2\*\*53\]"),  # would round to one float64

@@ -177,7 +177,9 @@ def _segments(snap: dict[str, Any], device: int) -> tuple[list[tuple[int, int]],
                 # The trace's sizes are requested bytes; count live blocks in the same unit.
                 live += _int(b["requested_size"], f"segments[{i}].blocks[{j}].requested_size", 0, size) \
                     if "requested_size" in b else size
-    return sorted(ranges), live
+    if live > MAX_BYTES:
+        raise SnapshotError(f"segments: active blocks on device {device} hold {live:,} bytes, over {MAX_BYTES:,}")
+    return ranges, live
 
 
 def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
@@ -210,7 +212,8 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
     delta = np.zeros(n + 1, dtype=np.int64)
     allocated: dict[int, int] = {}   # addr -> size, allocated within the trace and not yet freed
     freed: set[int] = set()          # addresses freed (and not re-allocated) within the trace
-    last_t = -np.inf
+    is_free = np.zeros(n, dtype=bool)  # events to check against the segments after the loop
+    last_t, net = -np.inf, 0
     for k, e in enumerate(events):
         where = f"device_traces[{device}][{k}]"
         if not isinstance(e, dict):
@@ -231,7 +234,6 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
         if action.startswith("segment_"):
             if action in ("segment_alloc", "segment_map"):
                 ranges.append((addr, addr + size))
-                ranges.sort()
             continue
         if action == "alloc":
             if addr in allocated:
@@ -239,18 +241,26 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
             allocated[addr] = size
             freed.discard(addr)
             delta[k + 1] = size
-        elif action in ("free_completed", "free"):
-            if addr in freed:
-                raise SnapshotError(f"{where}: double free of address {addr:#x}")
-            if allocated.pop(addr, size) != size:
-                raise SnapshotError(f"{where}: free of {size} bytes at {addr:#x}, which was allocated "
-                                    "with another size")
-            if not _inside(ranges, addr, size):
-                raise SnapshotError(f"{where}: free of unknown address {addr:#x} (in no segment)")
-            freed.add(addr)
-            delta[k + 1] = -size
-        elif not _inside(ranges, addr, size):  # free_requested
-            raise SnapshotError(f"{where}: free of unknown address {addr:#x} (in no segment)")
+            net += size
+        else:  # free_completed, free or free_requested
+            if action != "free_requested":
+                if addr in freed:
+                    raise SnapshotError(f"{where}: double free of address {addr:#x}")
+                if allocated.pop(addr, size) != size:
+                    raise SnapshotError(f"{where}: free of {size} bytes at {addr:#x}, which was allocated "
+                                        "with another size")
+                freed.add(addr)
+                delta[k + 1] = -size
+                net -= size
+            is_free[k] = True
+        if abs(net) > MAX_BYTES:  # keeps the int64 sums below exact
+            raise SnapshotError(f"{where}: live bytes would change by more than {MAX_BYTES:,} over the trace")
+    # Sorted once: a sort per segment event made a trace of many segment events quadratic.
+    ranges.sort()
+    for k in np.flatnonzero(is_free).tolist():
+        if not _inside(ranges, events[k]["addr"], events[k]["size"]):
+            raise SnapshotError(f"device_traces[{device}][{k}]: free of unknown address {events[k]['addr']:#x} "
+                                "(in no segment)")
     times[0] = times[1]
     live = np.cumsum(delta) + (live_end - int(delta.sum()))
     if live.min() < 0:
