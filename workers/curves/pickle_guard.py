@@ -21,7 +21,7 @@ Nesting is tracked exactly: a container's depth is fixed when its children go in
 changed after it was itself put inside another container is refused (the Pickler finishes each
 container before using it; only such a change could hide depth from this pass, and only a cyclic
 structure makes the Pickler write one, which a memory snapshot never holds).
-The pass is pure Python, about 0.4 us per opcode; the limits make its time bounded too.
+The pass is pure Python, ~0.25 us of CPU per opcode; ``MAX_OPCODES`` bounds its time too.
 """
 from __future__ import annotations
 
