@@ -127,7 +127,8 @@ def test_a_hostile_size_is_refused_before_it_is_built(build, message, extra_mib,
 
 
 @pytest.mark.parametrize("data, message", [
-    (b"\x80\x04\x8d" + struct.pack("<Q", 1 << 40) + b".", r"a str or bytes of 1,099,511,627,776 bytes; the limit is 1,048,576"),
+    (b"\x80\x04\x8d" + struct.pack("<Q", 1 << 40) + b".",
+     r"a str or bytes of 1,099,511,627,776 bytes; the limit is 1,048,576"),
     (b"\x80\x04\x8b" + struct.pack("<i", 1 << 20) + b".", r"an integer of 1,048,576 bytes; the limit is 1,024"),
     (b"\x80\x04I" + b"9" * 4000 + b"\n.", r"a decimal number of 4,000 characters"),
     (b"\x80\x04" + b"N" * 100_001 + b".", r"more than 100,000 entries on the stack"),

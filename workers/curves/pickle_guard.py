@@ -13,7 +13,7 @@ object (its nesting depth and length), and refuses the file at the first opcode 
 - a memo index may be at most the number of entries so far (pickle's own Pickler numbers them
   0, 1, 2, ...), so the memo never outgrows what was put in it, and at most ``MAX_MEMO`` entries;
 - ``MAX_OPCODES`` opcodes in all, ``MAX_OBJECTS`` values created (a memo ``GET`` creates none),
-  ``MAX_STACK`` entries on the stack and mark stack together, ``MAX_DEPTH`` levels of nesting,
+  ``MAX_STACK`` entries on the stack (and as many marks), ``MAX_DEPTH`` levels of nesting,
   ``max_items`` entries in any one list, tuple or dict, ``MAX_STRING_BYTES`` per str or bytes and
   ``MAX_INT_BYTES`` per integer; a length that runs past the file's end is a truncated file.
 
@@ -33,8 +33,8 @@ from typing import Any
 MAX_OPCODES = 16_000_000      # a 100,000-event snapshot with stacks is ~5M opcodes (3.2 MB file: 0.9M)
 MAX_OBJECTS = 4_000_000       # values built; ~100 bytes each once loaded, so ~0.4 GB at most
 MAX_MEMO = MAX_OBJECTS        # memo entries (one per value at most)
-MAX_STACK = 100_000           # stack + marks; the Pickler's batches keep it under 1,001 per nesting level
-MAX_DEPTH = 32                # a torch snapshot nests 6 deep (segments > blocks > frames > frame)
+MAX_STACK = 100_000           # stack entries, marks apart; the Pickler's batches keep both ~1,001 per level
+MAX_DEPTH = 32                # a torch snapshot nests 6 (segments, segment, blocks, block, frames, frame)
 MAX_STRING_BYTES = 1 << 20    # one str/bytes; the longest in real snapshots is a ~1 KB C++ frame name
 MAX_INT_BYTES = 1024          # one integer (LONG1/LONG4 bytes; 2.5x that in decimal digits for INT/LONG)
 
