@@ -49,7 +49,7 @@ from workers.curves.period import find_period
 from workers.curves.pickle_guard import PickleRefused, load_plain
 
 # Limits on an upload (docs/curves.md gives each one's reason and the measured cost at the limit).
-MAX_FILE_BYTES = 256 << 20  # a 100,000-event snapshot with stacks is ~17 MB; strings beyond cost memory 1:1
+MAX_FILE_BYTES = 128 << 20  # a 100,000-event snapshot with stacks is ~17 MB; a str may take 4x its bytes
 MAX_EVENTS = 1_000_000      # events in one device trace (torch's documented example records 100,000)
 MAX_BLOCKS = 1_000_000      # blocks over all segments (a shared blocks list counts each time it is seen)
 MAX_TIME_US = 1 << 53       # time_us: microseconds since the epoch, exact in a float64 (until year 2255)
