@@ -6,11 +6,11 @@ runs on them (jobs, placements) is shown only through the tenant-scoped jobs API
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from zico.cluster.models import BudgetError, Device
+from zico.cluster.models import BudgetConflict, BudgetError, Device
 
 from .access import IsClusterAdminOrReadOnly, field_error
 from .fields import StrictIntegerField
@@ -30,7 +30,8 @@ class DeviceSerializer(serializers.ModelSerializer):
 class DeviceBudgetSerializer(serializers.Serializer):
     """Body of PATCH /api/devices/<id>/: the budget is the only writable field; any other key is refused."""
 
-    budget_bytes = StrictIntegerField(help_text="bytes (a JSON integer); 0 < budget <= total_bytes")
+    budget_bytes = StrictIntegerField(help_text="bytes (a JSON integer); min(64 MiB, total_bytes) <= budget <= "
+                                                "total_bytes; 409 when below what the device's running jobs need")
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -56,6 +57,8 @@ class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         body.is_valid(raise_exception=True)
         try:
             device.set_budget(body.validated_data["budget_bytes"], actor=request.user)
+        except BudgetConflict as exc:  # below what the running jobs need (Note [Budget under running jobs])
+            return Response({"budget_bytes": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         except BudgetError as exc:
             raise field_error(exc.field, str(exc)) from exc
         return Response(DeviceSerializer(device).data)

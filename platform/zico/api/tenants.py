@@ -72,6 +72,13 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def partial_update(self, request, slug=None):
         """Change settings (owners/admins) or quotas (staff); records tenant_change / quota_change Events."""
         tenant = self.get_object()
+        if isinstance(request.data, dict):  # as the device PATCH: a key that cannot be changed is a 400, not ignored
+            others = sorted(set(request.data) - set(QUOTA_FIELDS) - set(SETTINGS_FIELDS))
+            if others:
+                writable = ", ".join((*SETTINGS_FIELDS, *QUOTA_FIELDS))
+                raise exceptions.ValidationError({
+                    k: [f"read-only: only {writable} can be changed" if k in TenantSerializer.Meta.fields else
+                        f"unknown field: only {writable} can be changed"] for k in others})
         body = TenantSerializer(tenant, data=request.data, partial=True, context={"request": request})
         body.is_valid(raise_exception=True)
         changes = {k: v for k, v in body.validated_data.items() if k in QUOTA_FIELDS + SETTINGS_FIELDS}
