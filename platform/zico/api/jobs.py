@@ -11,7 +11,7 @@ from zico.cluster.models import Placement
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
-from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant
+from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant, count_job_submission
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
@@ -125,6 +125,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
                              budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"])
         except JobSpecError as exc:
             raise field_error(exc.field, exc.message) from exc
+        count_job_submission(request, d["tenant"])  # only accepted submissions count (zico.ratelimits)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer})
