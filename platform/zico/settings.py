@@ -160,6 +160,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Every operation's 400/401/403/404/409/429 responses, written once (zico/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "zico.api.schema.add_error_responses"],
 }
 
 def _positive(var: str, default: int | float, cast=int):

@@ -1,4 +1,5 @@
-"""Devices API: every signed-in user lists and reads devices; only cluster staff set budgets.
+"""Devices API: every signed-in user lists and reads devices; only cluster staff set budgets; a device's
+memory timeline is scoped like its page (zico/api/timelines.py).
 
 Devices are shared infrastructure, not tenant objects, so they are visible to all users; what
 runs on them (jobs, placements) is shown only through the tenant-scoped jobs API.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
@@ -14,6 +16,7 @@ from zico.cluster.models import BudgetConflict, BudgetError, Device
 
 from .access import IsClusterAdminOrReadOnly, field_error
 from .fields import StrictIntegerField
+from .timelines import CURSOR, DEVICE_TIMELINE, SINCE_EVENT, WINDOW, device_timeline_data
 
 
 class DeviceSerializer(serializers.ModelSerializer):
@@ -62,3 +65,10 @@ class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         except BudgetError as exc:
             raise field_error(exc.field, str(exc)) from exc
         return Response(DeviceSerializer(device).data)
+
+    @extend_schema(responses={200: DEVICE_TIMELINE}, parameters=[WINDOW, CURSOR, SINCE_EVENT])
+    @action(detail=True, methods=["get"])
+    def timeline(self, request, pk=None):
+        """Per-job bands, pool, budget and events of the device (staff; admins/owners of a tenant that ran
+        a job on it, who see their own tenant's bands only; others 404)."""
+        return Response(device_timeline_data(request, pk))

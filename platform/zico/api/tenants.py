@@ -94,7 +94,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 
     @extend_schema(methods=["GET"], responses={200: MemberSerializer(many=True)})
     @extend_schema(methods=["POST"], request=MemberSerializer, responses={201: MemberSerializer})
-    @action(detail=True, methods=["get", "post"])
+    @action(detail=True, methods=["get", "post"], pagination_class=None)  # the whole list (no pages)
     def members(self, request, slug=None):
         """GET: the members (any member). POST {username, role}: add one (admins; owner role: owners)."""
         tenant = self.get_object()
