@@ -1,4 +1,5 @@
-"""Lost-worker detection: a device whose heartbeat key stops changing for ``lost_after_s`` is declared lost.
+"""Lost-worker detection: a device whose heartbeat key stops changing for ``lost_after_s`` is declared lost;
+and the backstop of the profiling time limit: a job still profiling at twice the limit is failed.
 
 Note [Heartbeats without clock skew]
     Workers refresh ``zico:worker:<dev>:heartbeat`` every second with a new value. The consumer does not
@@ -24,7 +25,7 @@ from django.utils import timezone
 
 from zico.cluster.models import Device, Node, Status
 from zico.jobs.models import Job
-from zico.jobs.transitions import JobStatus as S
+from zico.jobs.transitions import JobStatus as S, try_transition
 
 from . import keys
 from .handlers import declare_lost
@@ -89,3 +90,26 @@ class Liveness:
         Device.objects.filter(pk=dev.pk, status=Status.OFFLINE).update(status=Status.ONLINE)
         Node.objects.filter(pk=dev.node_id).update(status=Status.ONLINE)
         dev.status = Status.ONLINE
+
+
+def fail_overdue_profiles(r, now=None) -> list[int]:
+    """Fail every job profiling for more than twice ``settings.ZICO_PROFILE_TIME_LIMIT_S`` and ask its
+    worker to stop (the cancel key, read between iterations). Returns the ids of the jobs failed.
+
+    The worker stops a run itself past the limit (Note [Profiling time limit] in workers/profiling.py);
+    this catches a run whose ``profile_done`` never came: a worker stuck in one long iteration, or gone.
+    """
+    limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)
+    now = now or timezone.now()
+    overdue = list(Job.objects.filter(status=S.PROFILING,
+                                      status_changed_at__lt=now - timezone.timedelta(seconds=2 * limit)))
+    failed = []
+    for job in overdue:
+        waited = (now - job.status_changed_at).total_seconds()
+        reason = (f"profiling did not finish within {waited:.0f} s: over twice the profiling time limit of "
+                  f"{limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
+        if try_transition(job, S.FAILED, reason=reason):
+            keys.request_cancel(r, job.pk)
+            log.warning("job %s: %s", job.pk, reason)
+            failed.append(job.pk)
+    return failed
