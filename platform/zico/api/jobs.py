@@ -1,4 +1,5 @@
-"""Jobs API: list, retrieve, submit, cancel, events, profile, memory timeline — scoped to the caller's tenants (cluster staff see all)."""
+"""Jobs API: list, retrieve, submit, cancel, events, profile, memory timeline — scoped to the caller's
+tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from django.db.models import Prefetch

@@ -96,14 +96,15 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
         tenant: the tenant that owns the job; ``owner`` must be a member with role member or higher.
         workload: catalog key (``workers.workloads.catalog``).
         params: workload params; checked against the workload's JSON Schema, defaults filled in.
-        budget_bytes: the most bytes the job may hold; > 0 and at most the largest device's
-            ``total_bytes`` (unchecked while no device is registered). Required when the tenant has
-            a ``max_total_budget_bytes`` quota.
+        budget_bytes: the most bytes the job may hold; at least ``MIN_BUDGET_BYTES`` (64 MiB) and at
+            most the largest device's ``total_bytes`` (unchecked while no device is registered).
+            Required when the tenant has a ``max_total_budget_bytes`` quota.
         priority: PRIORITY_MIN..PRIORITY_MAX, higher goes first.
     Raises:
         PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
         JobSpecError: naming the field, for an unknown workload, params outside the schema, a
-            non-positive budget, a budget above the largest device, or an exceeded quota.
+            budget below ``MIN_BUDGET_BYTES`` or above the largest device, a known peak that fits
+            nowhere (:func:`refuse_known_misfit`), or an exceeded quota.
     """
     if not tenant.has_role(owner, Role.MEMBER):
         raise PermissionDenied(f"{owner} may not submit jobs to {tenant.slug} (role member or higher needed)")
