@@ -151,3 +151,10 @@ def test_a_read_only_device_field_is_a_400(personas, devices, client_for):
     r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", {"budget_bytes": GIB, "status": "online"},
                                          format="json")
     assert r.status_code == 400 and r.data["status"][0].startswith("read-only")
+
+
+def test_a_read_only_member_field_in_a_patch_is_a_400(personas, client_for):
+    r = client_for(personas.owner).patch("/api/tenants/acme/members/teammate/", {"role": "admin", "username": "x"},
+                                         format="json")
+    assert r.status_code == 400 and r.data["username"][0].startswith("read-only")
+    assert personas.tenant.role_of(personas.teammate) == "member"

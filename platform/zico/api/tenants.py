@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from zico.jobs.transitions import ON_DEVICE
 from zico.tenants.models import QUOTA_FIELDS, SETTINGS_FIELDS, Membership, Role, RoleError, Tenant
 
-from .access import field_error, is_cluster_admin, require_manager
+from .access import field_error, is_cluster_admin, refuse_other_keys, require_manager
 from .events import EventSerializer, paginated_events
 
 
@@ -72,13 +72,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def partial_update(self, request, slug=None):
         """Change settings (owners/admins) or quotas (staff); records tenant_change / quota_change Events."""
         tenant = self.get_object()
-        if isinstance(request.data, dict):  # as the device PATCH: a key that cannot be changed is a 400, not ignored
-            others = sorted(set(request.data) - set(QUOTA_FIELDS) - set(SETTINGS_FIELDS))
-            if others:
-                writable = ", ".join((*SETTINGS_FIELDS, *QUOTA_FIELDS))
-                raise exceptions.ValidationError({
-                    k: [f"read-only: only {writable} can be changed" if k in TenantSerializer.Meta.fields else
-                        f"unknown field: only {writable} can be changed"] for k in others})
+        refuse_other_keys(request.data, (*SETTINGS_FIELDS, *QUOTA_FIELDS), TenantSerializer.Meta.fields)
         body = TenantSerializer(tenant, data=request.data, partial=True, context={"request": request})
         body.is_valid(raise_exception=True)
         changes = {k: v for k, v in body.validated_data.items() if k in QUOTA_FIELDS + SETTINGS_FIELDS}
@@ -133,6 +127,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                     require_manager(tenant, request.user, Role.OWNER, "removing an owner")
                 m.remove(actor=request.user)
                 return Response(status=status.HTTP_204_NO_CONTENT)
+            refuse_other_keys(request.data, ("role",), MemberSerializer.Meta.fields)
             body = RoleSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             new = body.validated_data["role"]
