@@ -3,10 +3,13 @@ in placement.shifts) against a brute force written here: identical triangular cu
 group of catalog estimates, random step curves, and budgets the greedy pass alone cannot meet.
 
 The estimates in tests/placement/data were written by ``manage.py curve estimate KEY -p ...
--p data=synthetic --device cuda --points 512 --json PATH`` (workload and params in each file's meta).
+-p data=synthetic --device cuda --points 512 --json PATH`` (workload and params in each file's meta);
+the real snapshots are tests/curves/data's (its README.md says where they come from).
 """
 import dataclasses
+import functools
 import itertools
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,7 @@ from placement.shifts import MAX_SEARCH_JOBS, best_shifts, exact_peak, least_pea
 
 GB = 1e9
 DATA = Path(__file__).parent / "data"
+SNAPSHOTS = Path(__file__).parents[1] / "curves" / "data"
 
 
 def brute_force(curves, m, samples):
@@ -44,18 +48,30 @@ def test_identical_triangular_curves_get_within_1_percent_of_the_brute_force_opt
     assert exact_peak(group, best_shifts(group)) <= optimum * 1.01
 
 
+@functools.cache
+def real_curve(name):
+    """A catalog estimate (``resnet50``, ...) or a real snapshot (``lm-fullstep-a``, ...) on 512 steps."""
+    if name.startswith("lm-"):
+        from workers.curves.snapshot import snapshot_curve
+
+        raw = lzma.decompress((SNAPSHOTS / f"{name}.pickle.xz").read_bytes())
+        return resampled_curve(snapshot_curve(raw), 512)
+    return resampled_curve(load_curve(DATA / f"{name}-estimate.json"), 512)
+
+
 def estimates(names):
-    """Catalog estimates on a 512-step grid, all given the first one's iteration time."""
-    curves = [resampled_curve(load_curve(DATA / f"{name}-estimate.json"), 512) for name in names]
+    """Real curves on a 512-step grid, all given the first one's iteration time."""
+    curves = [real_curve(name) for name in names]
     return [dataclasses.replace(c, iteration_s=curves[0].iteration_s) for c in curves]
 
 
 @pytest.mark.parametrize("names, m", [
     (("resnet50", "bert-base", "gpt2-small"), 256),
     (("gpt2-small", "bert-base", "bert-base"), 256),
+    (("lm-fullstep-a", "lm-ctx128-fullstep-b", "lm-ctx128-fullstep-b"), 256),
     (("resnet50", "bert-base", "gpt2-small", "resnet50"), 32),
 ])
-def test_a_mixed_group_of_estimates_gets_within_1_percent_of_a_fine_grid_search(names, m):
+def test_a_mixed_group_of_real_curves_gets_within_1_percent_of_a_fine_grid_search(names, m):
     group = estimates(names)
     optimum = brute_force(group, m, 512)
     peak = exact_peak(group, best_shifts(group))
