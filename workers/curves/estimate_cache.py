@@ -8,12 +8,13 @@ Note [What the estimate cache keys on]
 An estimate for a CUDA target is a pure function of its inputs: the fake-tensor run is
 deterministic and its clock is the datasheet roofline (``costs.CUDA_COST``), not a measurement.
 So an entry is keyed (SHA-256) on all of them: the workload key and its validated params
-(defaults filled in), the device string, ``warmup``, ``steady`` and ``timing``; the installed
-versions of torch, transformers and numpy (the dispatched operators, the model code, the
-arithmetic); the bytes of every source file of ``workers.curves``, ``workers.workloads`` and
+(defaults filled in), the device string, ``warmup``, ``steady`` and ``timing``; the Python version
+and the installed versions of torch, transformers and numpy (the dispatched operators, the model
+code, the arithmetic); the bytes of every source file of ``workers.curves``, ``workers.workloads`` and
 ``placement.curves`` (the recorder, cost model, catalog, builders, data and trace code); and, for a
-text workload on real data, the corpus file's size and modification time (a missing corpus makes
-the run fail, and no entry is written for a failure). Any change to any of these is a miss.
+text workload on real data, the corpus file's size and modification time (taken again after the
+run, which writes the default corpus when it is missing; a run that fails writes no entry). Any
+change to any of these is a miss.
 Not cached, because their result is not a function of the inputs: a CPU target (its clock is
 measured on this machine while it runs) and a workload registered through entry points (its
 builder's code lies outside the hashed files). The curve is stored with full-precision floats, so
@@ -28,6 +29,7 @@ import importlib.util
 import json
 import logging
 import os
+import platform
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -85,7 +87,7 @@ def cache_inputs(key: str, params: dict[str, Any] | None, device: str, data_dir:
 
     Raises UnknownWorkload or ParamsError (the catalog's) for a bad key or params."""
     params = validate_params(key, params, data_dir=None)  # as build_parts validates them
-    versions = {}
+    versions = {"python": platform.python_version()}
     for name in _VERSIONED:
         try:
             versions[name] = importlib.metadata.version(name)
