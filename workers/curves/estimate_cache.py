@@ -48,7 +48,8 @@ _VERSIONED = ("torch", "transformers", "numpy")
 def cacheable(key: str, device: str) -> bool:
     """Whether the estimate of ``key`` on ``device`` is deterministic enough to cache (see Note
     [What the estimate cache keys on]): a CUDA target and a built-in workload."""
-    return device.startswith("cuda") and get_workload(key).builder.startswith("workers.workloads.")
+    return isinstance(device, str) and device.startswith("cuda") and get_workload(key).builder.startswith(
+        "workers.workloads.")
 
 
 def _source_files() -> list[Path]:
