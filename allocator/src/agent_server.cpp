@@ -292,19 +292,22 @@ void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
 //   2. A request asked with wait = 0 that does not fit is refused at once (the job then returns its
 //      own cached free segments and asks again with wait = 1: its pool does that in one
 //      allocation, see DevicePool::allocate).
-//   3. While a request waits, every job that is not waiting and holds more than the waiter is
+//   3. While a request waits, every job that is not waiting and holds at least as much as the waiter is
 //      sent RECLAIM(shortfall); while held > budget (after a deadlock grant or a lowered budget)
 //      every job is sent RECLAIM(held - budget). A job answers by returning wholly free cached
 //      segments (at once from its listener thread, and again on each free): RETURN messages.
 //   4. Deadlock: when at least two jobs wait and no connected job outside the waiters holds a
-//      chunk, nobody can free. The waiting job holding the fewest chunks is granted past the
-//      budget if enough chunks are free (never past capacity: held <= capacity always, because
-//      only free chunks are granted); if not, every waiter is refused at once (waiting longer
-//      cannot help). A lone waiter that no other holder could help is refused at once.
+//      chunk, nobody can free. The smallest waiting request that fits in the free chunks is
+//      granted past the budget (ties: the job holding least) — never past capacity: only free
+//      chunks are ever granted. If none fits, the waiter holding least is refused (its job's error
+//      path frees; the others, nearer their peaks, keep waiting). A lone waiter that no other
+//      holder could help is refused at once: the budget is its limit.
 //   5. A waiting request is refused when it has waited wait_s (ZICO_BUDGET_WAIT_S by default).
-// Bounds: held <= capacity at all times; past the budget only by rule 4, and each such grant
-// goes to the smallest holder among the waiters, so no job holds past its share by more than one
-// request; once the grantee frees, rule 3 brings held back under the budget on its frees.
+// Bounds: held <= capacity at all times (worst case: the whole capacity, reached only through
+// rule-4 grants). Past the budget only by rule 4, which needs two waiting jobs: a job alone, or
+// one that keeps asking while another job could free, never gets past the budget. Once held >
+// budget, rule 1 grants nothing and rule 3 makes every free return segments, so held comes back
+// under the budget as the grantee frees (within the iteration that caused it).
 void AgentServer::decide() {
   for (;;) {
     const uint64_t held = held_bytes();
@@ -331,7 +334,9 @@ void AgentServer::decide() {
       Job& j = kv.second;
       if (!j.connected) continue;
       if (j.pending.active && !j.pending.wait) {
+        // It will return its own cached segments and ask again: still a job that can free.
         refuse(j, kWouldWait, "agent refused: no room now (" + describe(j.pending.chunks * chunk_) + ")");
+        if (!j.held.empty()) freer = true;
       } else if (j.pending.active) {
         waiting.push_back(&j);
       } else if (!j.held.empty()) {
@@ -339,22 +344,31 @@ void AgentServer::decide() {
       }
     }
     if (waiting.empty() || freer) break;
-    Job* w = nullptr;
-    for (Job* j : waiting)
-      if (smaller(j, w)) w = j;
-    if (waiting.size() >= 2 && free_.size() >= w->pending.chunks) {
-      grant(*w, true);
+    if (waiting.size() == 1) {
+      refuse(*waiting[0], kBudget, "agent refused: budget: no other job holds memory that could come back (" +
+                                       describe(waiting[0]->pending.chunks * chunk_) + ")");
+      break;
+    }
+    // Deadlock: the smallest waiting request that fits in the free chunks goes past the budget.
+    Job* g = nullptr;
+    for (Job* j : waiting) {
+      if (free_.size() < j->pending.chunks) continue;
+      if (!g || j->pending.chunks < g->pending.chunks || (j->pending.chunks == g->pending.chunks && smaller(j, g)))
+        g = j;
+    }
+    if (g) {
+      grant(*g, true);
       continue;
     }
-    for (Job* j : waiting) {
-      if (waiting.size() >= 2)
-        refuse(*j, kCapacity, "agent refused: capacity: every job holding memory waits and no room is left (" +
-                                  describe(j->pending.chunks * chunk_) + ")");
-      else
-        refuse(*j, kBudget, "agent refused: budget: no other job holds memory that could come back (" +
-                                describe(j->pending.chunks * chunk_) + ")");
-    }
-    break;
+    // No room below capacity for any of them: refuse the one holding least (the latest request
+    // among equals), so its job's error path frees and the others, nearer their peaks, go on.
+    Job* r = nullptr;
+    for (Job* j : waiting)
+      if (!r || j->held.size() < r->held.size() ||
+          (j->held.size() == r->held.size() && j->pending.start > r->pending.start))
+        r = j;
+    refuse(*r, kCapacity, "agent refused: capacity: every job holding memory waits and no room is left (" +
+                              describe(r->pending.chunks * chunk_) + ")");
   }
   const auto now = Clock::now();
   for (auto& kv : jobs_) {
@@ -440,7 +454,7 @@ void AgentServer::send_reclaims() {
     if (!x.pending.active) {
       for (auto& kw : jobs_) {
         const Job& w = kw.second;
-        if (!w.connected || !w.pending.active || !w.pending.wait || w.held.size() >= x.held.size()) continue;
+        if (&w == &x || !w.connected || !w.pending.active || !w.pending.wait || w.held.size() > x.held.size()) continue;
         const uint64_t need = w.pending.chunks * chunk_;
         uint64_t shortfall = 0;
         if (budget_ != kNone && held + need > budget_) shortfall = held + need - budget_;
