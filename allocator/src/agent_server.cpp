@@ -399,9 +399,11 @@ bool AgentServer::grant(Job& j, bool over_budget) {
     // memfd is replaced: a previous holder that kept a mapping or a copy of the fd must never see
     // the next tenant's data through it. Same tenant: the pages move as they are (no scrub).
     if (c.fd >= 0 && c.last_tenant != -1 && c.last_tenant != j.tenant) {
+      const auto t0 = Clock::now();
       chunk_scrub(c.fd, chunk_);
       close(c.fd);
-      c.fd = -1;
+      c.fd = chunk_create(chunk_);
+      scrub_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
       ++scrubs_;
     }
     if (c.fd < 0) c.fd = chunk_create(chunk_);
@@ -478,7 +480,7 @@ std::string AgentServer::stats_json() {
   w.num("capacity_bytes", chunks_.size() * chunk_).limit("budget_bytes", budget_).num("chunk_bytes", chunk_);
   w.num("chunks_total", chunks_.size()).num("chunks_free", free_.size()).num("held_bytes", held_bytes());
   w.num("peak_held_bytes", peak_held_).num("transfers", transfers_).num("transfer_bytes", transfers_ * chunk_);
-  w.num("scrubs", scrubs_).num("deadlock_grants", deadlock_grants_).num("over_budget_bytes_peak", over_budget_peak_);
+  w.num("scrubs", scrubs_).num("scrub_s", scrub_s_).num("deadlock_grants", deadlock_grants_).num("over_budget_bytes_peak", over_budget_peak_);
   w.num("reclaims_sent", reclaims_sent_).num("wait_s", wait_s_);
   w.close('}').key("jobs").open('[');
   for (auto& kv : jobs_) {

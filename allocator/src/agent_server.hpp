@@ -84,6 +84,7 @@ class AgentServer {
   bool stop_ = false;
   uint64_t peak_held_ = 0, transfers_ = 0, scrubs_ = 0, deadlock_grants_ = 0, over_budget_peak_ = 0;
   uint64_t reclaims_sent_ = 0;
+  double scrub_s_ = 0;  // seconds spent scrubbing (punch hole + a fresh memfd), for the docs' cost figures
   std::thread thread_;
 };
 

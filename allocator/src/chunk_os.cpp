@@ -40,7 +40,7 @@ void* chunks_map(const std::vector<int>& fds, size_t chunk_bytes) {
   if (base == MAP_FAILED) return nullptr;
   char* p = static_cast<char*>(base);
   for (size_t i = 0; i < fds.size(); ++i) {
-    void* got = mmap(p + i * chunk_bytes, chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+    void* got = mmap(p + i * chunk_bytes, chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
                      fds[i], 0);
     if (got == MAP_FAILED) {
       int e = errno;
