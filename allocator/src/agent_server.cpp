@@ -28,7 +28,12 @@ std::string mib(uint64_t bytes) {
 }
 }  // namespace
 
-AgentServer* AgentServer::create(uint64_t capacity, uint64_t budget, uint64_t chunk, std::string* why) {
+AgentServer* AgentServer::create(const zico_chunk_ops& ops, uint64_t capacity, uint64_t budget, uint64_t chunk,
+                                 std::string* why) {
+  if (!ops.create || !ops.scrub || !ops.destroy) {
+    *why = "chunk ops need create, scrub and destroy";
+    return nullptr;
+  }
   if (chunk == 0 || chunk % 4096 != 0) {
     *why = "chunk_bytes must be a positive multiple of 4096 (the page size), got " + std::to_string(chunk);
     return nullptr;
@@ -54,11 +59,13 @@ AgentServer* AgentServer::create(uint64_t capacity, uint64_t budget, uint64_t ch
     *why = std::string("pipe2 failed: ") + std::strerror(errno);
     return nullptr;
   }
-  return new AgentServer(chunks, budget, chunk, wake);
+  return new AgentServer(ops, chunks, budget, chunk, wake);
 }
 
-AgentServer::AgentServer(uint64_t chunks, uint64_t budget, uint64_t chunk_bytes, int wake[2])
-    : chunk_(chunk_bytes), chunks_(chunks), budget_(budget), wait_s_(options().budget_wait_s) {
+AgentServer::AgentServer(const zico_chunk_ops& ops, uint64_t chunks, uint64_t budget, uint64_t chunk_bytes,
+                         int wake[2])
+    : ops_(ops),
+      chunk_(chunk_bytes), chunks_(chunks), budget_(budget), wait_s_(options().budget_wait_s) {
   wake_[0] = wake[0];
   wake_[1] = wake[1];
   free_.reserve(chunks);
@@ -77,7 +84,7 @@ AgentServer::~AgentServer() {
     if (kv.second.fd >= 0) close(kv.second.fd);
   for (int fd : closing_) close(fd);
   for (Chunk& c : chunks_)
-    if (c.fd >= 0) close(c.fd);
+    if (c.fd >= 0) ops_.destroy(ops_.ctx, c.fd, c.handle);
   close(wake_[0]);
   close(wake_[1]);
 }
@@ -395,20 +402,20 @@ bool AgentServer::grant(Job& j, bool over_budget) {
   }
   for (uint32_t id : pick) {
     Chunk& c = chunks_[id];
-    // Note [Scrub]: a chunk moving to another tenant loses its pages (so it reads zeros), and the
-    // memfd is replaced: a previous holder that kept a mapping or a copy of the fd must never see
-    // the next tenant's data through it. Same tenant: the pages move as they are (no scrub).
+    // Note [Scrub]: a chunk moving to another tenant loses its pages (so it reads zeros), and its
+    // backing is replaced (memfd: punch hole, then a fresh memfd; CUDA: a new zeroed allocation):
+    // a previous holder that kept a mapping or a copy of the fd must never see the next tenant's
+    // data through it. Same tenant: the pages move as they are (no scrub).
     if (c.fd >= 0 && c.last_tenant != -1 && c.last_tenant != j.tenant) {
       const auto t0 = Clock::now();
-      chunk_scrub(c.fd, chunk_);
-      close(c.fd);
-      c.fd = chunk_create(chunk_);
+      if (ops_.scrub(ops_.ctx, chunk_, &c.fd, &c.handle) != 0) c.fd = -1;
       scrub_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
       ++scrubs_;
     }
-    if (c.fd < 0) c.fd = chunk_create(chunk_);
+    if (c.fd < 0 && ops_.create(ops_.ctx, chunk_, &c.fd, &c.handle) != 0) c.fd = -1;
     if (c.fd < 0) {
-      refuse(j, kCapacity, std::string("agent refused: capacity: memfd_create failed: ") + std::strerror(errno));
+      refuse(j, kCapacity, std::string("agent refused: capacity: creating a ") + ops_.name + " chunk failed: " +
+                               std::strerror(errno));
       return false;
     }
   }

@@ -12,15 +12,17 @@
 #include <vector>
 
 #include "agent_protocol.hpp"
+#include "zico/zico.h"
 
 namespace zico {
 
 class AgentServer {
  public:
   // capacity_bytes: the pool's size (floor to whole chunks); budget_bytes: UINT64_MAX = none;
-  // chunk_bytes: a multiple of the page size. nullptr (and *why) on bad arguments or OS errors.
-  static AgentServer* create(uint64_t capacity_bytes, uint64_t budget_bytes, uint64_t chunk_bytes,
-                             std::string* why);
+  // chunk_bytes: a multiple of the page size; ops: how chunks are made (memfd_chunk_ops() for host
+  // memory). nullptr (and *why) on bad arguments or OS errors.
+  static AgentServer* create(const zico_chunk_ops& ops, uint64_t capacity_bytes, uint64_t budget_bytes,
+                             uint64_t chunk_bytes, std::string* why);
   ~AgentServer();  // stops the server thread, closes every socket and chunk
   AgentServer(const AgentServer&) = delete;
   AgentServer& operator=(const AgentServer&) = delete;
@@ -36,6 +38,7 @@ class AgentServer {
   using Clock = std::chrono::steady_clock;
   struct Chunk {
     int fd = -1;             // created on first grant
+    uint64_t handle = 0;     // the chunk ops' own state (CUDA: the allocation handle)
     int64_t holder = -1;     // job holding it, -1 = free
     int64_t last_job = -1;   // job that held it last (transfers)
     int64_t last_tenant = -1;  // tenant that held it last (scrub)
@@ -59,7 +62,7 @@ class AgentServer {
     uint64_t held_bytes(uint64_t chunk) const { return held.size() * chunk; }
   };
 
-  AgentServer(uint64_t chunks, uint64_t budget, uint64_t chunk_bytes, int wake[2]);
+  AgentServer(const zico_chunk_ops& ops, uint64_t chunks, uint64_t budget, uint64_t chunk_bytes, int wake[2]);
   void loop();
   void wake();
   void on_message(Job& j, const agent::Msg& m, long len);
@@ -72,6 +75,7 @@ class AgentServer {
   uint64_t held_bytes() const { return (chunks_.size() - free_.size()) * chunk_; }
   std::string describe(uint64_t request_bytes) const;
 
+  const zico_chunk_ops ops_;
   const uint64_t chunk_;
   std::vector<Chunk> chunks_;
   std::vector<uint32_t> free_;  // free chunk ids, most recently returned last

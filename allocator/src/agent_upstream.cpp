@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "agent_protocol.hpp"
@@ -18,7 +19,16 @@ namespace zico {
 
 using namespace agent;
 
-AgentUpstream* AgentUpstream::connect(int fd, std::string* why) {
+namespace {
+void* memfd_map(void*, const int* fds, size_t n, size_t chunk_bytes) {
+  return chunks_map(std::vector<int>(fds, fds + n), chunk_bytes);
+}
+void memfd_unmap(void*, void* base, size_t bytes) { chunks_unmap(base, bytes); }
+const zico_chunk_mapper kMemfdMapper = {nullptr, memfd_map, memfd_unmap, nullptr, nullptr, nullptr,
+                                        nullptr, nullptr, "agent", 0};
+}  // namespace
+
+AgentUpstream* AgentUpstream::connect(int fd, const zico_chunk_mapper* mapper, std::string* why) {
   int type = 0;
   socklen_t len = sizeof(type);
   if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
@@ -36,8 +46,18 @@ AgentUpstream* AgentUpstream::connect(int fd, std::string* why) {
     *why = "fd " + std::to_string(fd) + " did not start with an agent hello (wrong fd, or another Zico version)";
     return nullptr;
   }
-  return new AgentUpstream(fd, m.a, m.b);
+  return new AgentUpstream(fd, m.a, m.b, mapper ? *mapper : kMemfdMapper);
 }
+
+AgentUpstream::AgentUpstream(int fd, uint64_t chunk, uint64_t capacity, const zico_chunk_mapper& mapper)
+    : fd_(fd),
+      chunk_(chunk),
+      capacity_(mapper.capacity_bytes ? std::min<uint64_t>(capacity, mapper.capacity_bytes) : capacity),
+      mapper_(mapper),
+      host_(mapper.map == kMemfdMapper.map),
+      owner_pid_(static_cast<long>(getpid())) {}
+
+bool AgentUpstream::forked() const { return static_cast<long>(getpid()) != owner_pid_; }
 
 AgentUpstream::~AgentUpstream() {
   // Pools live for the whole process, so this runs only if installing the pool failed.
@@ -63,7 +83,22 @@ std::string AgentUpstream::last_refusal() {
   return refusal_;
 }
 
+// Note [Fork]
+// ~~~~~~~~~~~
+// A process forked from the job (a DataLoader worker, say) inherits the socket and a copy of the
+// pool, but not the listener: if it spoke on the socket, the agent would take its words for the
+// job's — returning chunks the job still maps — and the job's listener would read its replies. So a
+// forked child never sends: it takes new segments from the C library (outside the agent's
+// accounting, as any allocation of that process) and only unmaps inherited ones.
 void* AgentUpstream::request(size_t bytes, bool wait) {
+  if (forked()) {
+    if (!host_) return nullptr;  // device memory: a forked child gets none
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, bytes) != 0) return nullptr;
+    std::lock_guard<std::mutex> lk(mu_);
+    local_.emplace(p, bytes);
+    return p;
+  }
   std::lock_guard<std::mutex> one(req_mu_);
   std::unique_lock<std::mutex> lk(mu_);
   if (dead_) {
@@ -96,7 +131,7 @@ void* AgentUpstream::request(size_t bytes, bool wait) {
   std::vector<int> fds = std::move(reply_fds_);
   if (ids.empty()) return nullptr;  // refused: refusal_ says why
   lk.unlock();
-  void* base = chunks_map(fds, chunk_);
+  void* base = mapper_.map(mapper_.ctx, fds.data(), fds.size(), chunk_);
   for (int fd : fds) close(fd);
   lk.lock();
   if (!base) {
@@ -119,13 +154,20 @@ void AgentUpstream::release(void* ptr, size_t /*bytes*/) {
   std::vector<uint32_t> ids;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    auto local = local_.find(ptr);
+    if (local != local_.end()) {
+      std::free(ptr);
+      local_.erase(local);
+      return;
+    }
     auto it = segments_.find(ptr);
     if (it == segments_.end()) return;
     ids = std::move(it->second);
     segments_.erase(it);
   }
   const size_t mapped = ids.size() * chunk_;
-  chunks_unmap(ptr, mapped);  // unmapped before the agent hears of it: nothing here touches it again
+  mapper_.unmap(mapper_.ctx, ptr, mapped);  // unmapped before the agent hears of it: nothing here touches it again
+  if (forked()) return;         // the job still holds these chunks (Note [Fork])
   size_t w = wanted_.load();
   while (w > 0 && !wanted_.compare_exchange_weak(w, w > mapped ? w - mapped : 0)) {}
   Msg r = make_msg(kReturn);
@@ -200,7 +242,7 @@ void AgentUpstream::reclaim_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     reclaim_cv_.wait(lk, [&] { return reclaim_due_ || dead_; });
-    if (dead_) return;
+    if (dead_ || forked()) return;
     reclaim_due_ = false;
     lk.unlock();
     size_t want = wanted_.load();

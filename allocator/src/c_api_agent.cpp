@@ -9,6 +9,7 @@
 
 #include "agent_server.hpp"
 #include "agent_upstream.hpp"
+#include "chunk_os.hpp"
 #include "options.hpp"
 #include "registry.hpp"
 #include "zico/zico.h"
@@ -43,15 +44,20 @@ int agent_guarded(F&& f) {
 extern "C" {
 
 int zico_agent_create(uint64_t capacity_bytes, uint64_t budget_bytes, uint64_t chunk_bytes, zico_agent_t** out) {
+  return zico_agent_create_with(memfd_chunk_ops(), capacity_bytes, budget_bytes, chunk_bytes, out);
+}
+
+int zico_agent_create_with(const zico_chunk_ops* ops, uint64_t capacity_bytes, uint64_t budget_bytes,
+                           uint64_t chunk_bytes, zico_agent_t** out) {
   return agent_guarded([&] {
-    if (!out) return agent_fail("out must not be NULL");
+    if (!out || !ops) return agent_fail("ops and out must not be NULL");
     *out = nullptr;
     if (chunk_bytes == 0) {
       if (*options().agent_chunk_error) return agent_fail(options().agent_chunk_error);
       chunk_bytes = options().agent_chunk_bytes;
     }
     std::string why;
-    AgentServer* s = AgentServer::create(capacity_bytes, budget_bytes, chunk_bytes, &why);
+    AgentServer* s = AgentServer::create(*ops, capacity_bytes, budget_bytes, chunk_bytes, &why);
     if (!s) return agent_fail(why);
     *out = new zico_agent{std::unique_ptr<AgentServer>(s)};
     return 0;
@@ -116,16 +122,23 @@ char* zico_agent_stats_json(zico_agent_t* agent) {
 
 void zico_agent_destroy(zico_agent_t* agent) { delete agent; }
 
-int zico_install_agent_client(int fd) {
+int zico_install_agent_client(int fd) { return zico_install_agent_client_on(ZICO_HOST_DEVICE, fd, nullptr); }
+
+int zico_install_agent_client_on(int device, int fd, const zico_chunk_mapper* mapper) {
   return agent_guarded([&] {
     if (fd < 0) return agent_fail("fd must be a socket from zico_agent_add_job, got " + std::to_string(fd));
-    if (pool_for(ZICO_HOST_DEVICE))
-      return agent_fail("the host pool is already installed; install the agent client before any allocation");
+    if (device < ZICO_HOST_DEVICE || device >= ZICO_MAX_CUDA_DEVICES)
+      return agent_fail("device must be -1 (host) or 0..63, got " + std::to_string(device));
+    if (device != ZICO_HOST_DEVICE && (!mapper || !mapper->map || !mapper->unmap))
+      return agent_fail("a device pool needs a chunk mapper (the CUDA library's zico_install_agent_client_cuda)");
+    if (pool_for(device))
+      return agent_fail("a pool is already installed on device " + std::to_string(device) +
+                        "; install the agent client before any allocation there");
     std::string why;
-    AgentUpstream* up = AgentUpstream::connect(fd, &why);
+    AgentUpstream* up = AgentUpstream::connect(fd, mapper, &why);
     if (!up) return agent_fail(why);
-    if (!install_pool(ZICO_HOST_DEVICE, std::unique_ptr<Upstream>(up), &why)) return agent_fail(why);
-    up->start(pool_for(ZICO_HOST_DEVICE));
+    if (!install_pool(device, std::unique_ptr<Upstream>(up), &why)) return agent_fail(why);
+    up->start(pool_for(device));
     return 0;
   });
 }

@@ -34,6 +34,25 @@ bool chunk_scrub(int fd, size_t bytes) {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) == 0;
 }
 
+namespace {
+int memfd_create_op(void*, size_t bytes, int* fd, uint64_t* handle) {
+  *handle = 0;
+  *fd = chunk_create(bytes);
+  return *fd >= 0 ? 0 : -1;
+}
+int memfd_scrub_op(void*, size_t bytes, int* fd, uint64_t* handle) {
+  chunk_scrub(*fd, bytes);  // the pages go now, even if an earlier holder still maps the old file
+  close(*fd);
+  return memfd_create_op(nullptr, bytes, fd, handle);
+}
+void memfd_destroy_op(void*, int fd, uint64_t) {
+  if (fd >= 0) close(fd);
+}
+const zico_chunk_ops kMemfdOps = {nullptr, memfd_create_op, memfd_scrub_op, memfd_destroy_op, "memfd"};
+}  // namespace
+
+const zico_chunk_ops* memfd_chunk_ops() { return &kMemfdOps; }
+
 void* chunks_map(const std::vector<int>& fds, size_t chunk_bytes) {
   const size_t total = fds.size() * chunk_bytes;
   void* base = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -6,12 +6,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "zico/zico.h"
+
 namespace zico {
 
 // A memfd of `bytes` (close-on-exec, sealed against shrinking). -1 on failure.
 int chunk_create(size_t bytes);
 // Drops the chunk's pages (fallocate PUNCH_HOLE|KEEP_SIZE): later reads of the file see zeros.
 bool chunk_scrub(int fd, size_t bytes);
+
+// The agent's default chunk ops (zico_chunk_ops): memfd chunks; scrub = punch hole, then a fresh
+// memfd in place of the old one (Note [Scrub] in agent_server.cpp).
+const zico_chunk_ops* memfd_chunk_ops();
 
 // Reserves one range of fds.size() * chunk_bytes (PROT_NONE) and maps each memfd MAP_SHARED|
 // MAP_FIXED read-write at consecutive offsets, prefaulted (MAP_POPULATE: one pass maps the pages a

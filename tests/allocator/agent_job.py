@@ -117,6 +117,28 @@ def run_script(lib, args):
             return
 
 
+def run_fork(lib, args):
+    """Forks while holding a block (as a DataLoader worker would be forked): the child allocates and
+    frees on its own; the parent's chunks and its socket must be unaffected."""
+    import os
+
+    p = lib.zico_malloc(args.step_bytes, HOST, None)
+    ctypes.memset(p, 9, args.step_bytes)
+    pid = os.fork()
+    if pid == 0:
+        q = lib.zico_malloc(args.step_bytes, HOST, None)
+        if q:
+            ctypes.memset(q, 4, args.step_bytes)
+            lib.zico_free(q, 0, HOST, None)
+        lib.zico_free(p, 0, HOST, None)
+        za.empty_cache(HOST)  # unmaps in the child only
+        os._exit(0 if q else 3)
+    _, status = os.waitpid(pid, 0)
+    r = lib.zico_malloc(args.step_bytes, HOST, None)
+    say(child_status=status, parent_alloc=bool(r), parent_byte=ctypes.string_at(p, 1).hex())
+    wait_for("exit")
+
+
 def run_raise_budget(lib, args):
     """Tries every knob the job has to lift its limit, then asks for more than the agent allows."""
     za.set_budget(None, device=HOST)
@@ -153,22 +175,60 @@ def run_torch(args):
         peak_reserved=za.memory_stats(device=HOST)["reserved_bytes.all.peak"])
 
 
+def run_cuda(args, mode):
+    """CUDA device 0 through the agent: write 0xAB and free (cuda-write), read what a new block holds
+    (cuda-read), or train a small MLP (cuda-train)."""
+    import torch
+
+    za.install_agent_client(device=0)
+    za.install_cuda(0)
+    n = args.step_bytes
+    if mode == "cuda-write":
+        x = torch.full((n,), 0xAB, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        del x
+        za.empty_cache(0)  # the segment's events are synchronized, then its chunks go back
+        say(written=n)
+        wait_for("exit")
+    elif mode == "cuda-read":
+        x = torch.empty((n,), dtype=torch.uint8, device="cuda")
+        say(nonzero=int((x != 0).sum()), ab=int((x == 0xAB).sum()), size=n)
+    else:
+        with za.bind(args.job):
+            model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            x, y = torch.randn(512, 256, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
+            losses = []
+            for it in range(args.iterations):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        say(done=args.iterations, first_loss=losses[0], last_loss=losses[-1], upstream=za.memory_stats(device=0)
+            .get("capacity_bytes"))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["ramp", "script", "greedy", "write", "read", "hold", "raise-budget", "torch"])
+    ap.add_argument("mode", choices=["ramp", "script", "fork", "greedy", "write", "read", "hold", "raise-budget", "torch",
+                                       "cuda-write", "cuda-read", "cuda-train"])
     ap.add_argument("--job", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--step-bytes", type=int, default=12 << 20)
     ap.add_argument("--max-ooms", type=int, default=50)
     args = ap.parse_args()
+    if args.mode.startswith("cuda"):
+        run_cuda(args, args.mode)
+        return
     za.install_agent_client()
     if args.mode == "torch":
         run_torch(args)
         return
     lib = _native.lib()
     with za.bind(args.job):
-        {"ramp": run_ramp, "script": run_script, "greedy": run_greedy, "write": run_write, "read": run_read, "hold": run_hold,
+        {"ramp": run_ramp, "script": run_script, "fork": run_fork, "greedy": run_greedy, "write": run_write, "read": run_read, "hold": run_hold,
          "raise-budget": run_raise_budget}[args.mode](lib, args)
 
 

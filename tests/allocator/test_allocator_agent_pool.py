@@ -229,6 +229,18 @@ def test_limits_inside_the_job_do_not_raise_the_agents_grant(agent):
     assert pool.stats()["pool"]["budget_bytes"] == 24 * MiB
 
 
+@pytest.mark.timeout(60)
+def test_a_forked_child_never_speaks_for_the_job(agent):
+    pool = agent(256 * MiB)
+    job = JobProcess(pool, 1, 1, "fork", "--step-bytes", STEP)
+    seen = job.until("child_status")
+    stats = pool.stats()["jobs"][1]
+    job.finish()
+    assert seen == {"child_status": 0, "parent_alloc": True, "parent_byte": "09"}
+    # The parent's two segments, and nothing else: the child's allocation and frees stayed local.
+    assert stats["held_bytes"] == 2 * STEP and stats["chunks_returned"] == 0 and stats["bad_messages"] == 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_torch_cpu_training_in_two_processes_through_the_agent(agent):
@@ -242,6 +254,36 @@ def test_torch_cpu_training_in_two_processes_through_the_agent(agent):
     for d in done:
         assert d["done"] == 20 and d["last_loss"] < d["first_loss"]
     assert stats["pool"]["peak_held_bytes"] <= 256 * MiB and stats["pool"]["held_bytes"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_cuda_chunks_shared_and_scrubbed_across_processes(agent):
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pool = za.AgentPool(256 * MiB, None, None, device=0)
+    try:
+        writer = JobProcess(pool, 1, 1, "cuda-write", "--step-bytes", 64 * MiB)
+        writer.until("written")
+        writer.finish()
+        reader = JobProcess(pool, 2, 2, "cuda-read", "--step-bytes", 64 * MiB)
+        seen = reader.until("nonzero", timeout=120)
+        reader.finish()
+        assert seen["nonzero"] == 0 and seen["size"] == 64 * MiB
+        assert pool.stats()["pool"]["scrubs"] > 0
+        jobs = [JobProcess(pool, j, 1, "cuda-train", "--iterations", 20) for j in (3, 4)]
+        done = [job.until("done", timeout=200) for job in jobs]
+        for job in jobs:
+            job.finish()
+        for d in done:
+            assert d["last_loss"] < d["first_loss"]
+        stats = pool.stats()["pool"]
+        assert stats["held_bytes"] == 0 and stats["peak_held_bytes"] <= 256 * MiB
+    finally:
+        pool.close()
 
 
 def test_bad_arguments_and_malformed_chunk_knob():

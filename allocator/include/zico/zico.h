@@ -123,6 +123,40 @@ void zico_agent_destroy(zico_agent_t* agent);
  * is not an agent socket. The process then uses the host pool as usual (the CPU shim, zico_malloc). */
 int zico_install_agent_client(int fd);
 
+/* --- agent pool extension points: device chunks (libzico_cuda.so plugs CUDA VMM in here) ---
+ * zico_chunk_ops: how the agent makes chunks. create() makes one chunk of `bytes` and returns an fd
+ * to pass to jobs (the agent keeps it open) plus backend state in *handle; scrub() prepares a chunk
+ * that moves to another tenant: afterwards it reads zeros and no earlier holder can reach its new
+ * contents (a new backing: new fd and handle); destroy() releases both. Return 0 on success. */
+typedef struct zico_chunk_ops {
+  void* ctx;
+  int (*create)(void* ctx, size_t bytes, int* fd, uint64_t* handle);
+  int (*scrub)(void* ctx, size_t bytes, int* fd, uint64_t* handle);
+  void (*destroy)(void* ctx, int fd, uint64_t handle);
+  const char* name; /* "memfd", "cuda" */
+} zico_chunk_ops;
+int zico_agent_create_with(const zico_chunk_ops* ops, uint64_t capacity_bytes, uint64_t budget_bytes,
+                           uint64_t chunk_bytes, zico_agent_t** out);
+/* zico_chunk_mapper: how a job maps granted chunks. map() stitches n chunk fds into one range of
+ * n * chunk_bytes (NULL on failure; the caller closes the fds); unmap() undoes it. The event
+ * functions are the stream rule's primitives (Upstream in allocator/src/upstream.hpp); NULL ones
+ * behave as on the host (no events). */
+typedef struct zico_chunk_mapper {
+  void* ctx;
+  void* (*map)(void* ctx, const int* fds, size_t n, size_t chunk_bytes);
+  void (*unmap)(void* ctx, void* base, size_t bytes);
+  void* (*record_event)(void* ctx, void* stream);
+  int (*event_done)(void* ctx, void* event);
+  void (*stream_wait)(void* ctx, void* stream, void* event);
+  void (*event_synchronize)(void* ctx, void* event);
+  void (*destroy_event)(void* ctx, void* event);
+  const char* name; /* the pool's upstream name: "agent", "agent-cuda" */
+  uint64_t capacity_bytes; /* 0: the agent's capacity */
+} zico_chunk_mapper;
+/* Installs the pool of `device` (-1 host, 0..63 CUDA) with chunks from the agent on fd, mapped by
+ * `mapper` (NULL: memfd mmap, host only). zico_install_agent_client(fd) = (-1, fd, NULL). */
+int zico_install_agent_client_on(int device, int fd, const zico_chunk_mapper* mapper);
+
 /* --- misc --- */
 const char* zico_last_error(void);
 void zico_string_free(char* s);

@@ -34,14 +34,24 @@ class AgentPool:
     budget_bytes: the grant limit in bytes (None = the capacity is the only limit); chunk_bytes:
     the grant unit (None = ZICO_AGENT_CHUNK_BYTES, default 2 MiB; a multiple of 4096). A server
     thread in this process answers the jobs. Raises ZicoError (e.g. a malformed
-    ZICO_AGENT_CHUNK_BYTES, or too few open files for one memfd per chunk)."""
+    ZICO_AGENT_CHUNK_BYTES, or too few open files for one memfd per chunk).
 
-    def __init__(self, capacity_bytes: int, budget_bytes: int | None = None, chunk_bytes: int | None = None):
+    device: None for host memory (memfd chunks); a CUDA device index for device memory (CUDA VMM
+    chunks exported as POSIX fds; needs the CUDA library and a GPU; chunk_bytes a multiple of the
+    device's allocation granularity, 2 MiB on current GPUs)."""
+
+    def __init__(self, capacity_bytes: int, budget_bytes: int | None = None, chunk_bytes: int | None = None,
+                 device: int | None = None):
         cap = _positive(capacity_bytes, "capacity_bytes")
         budget = UNLIMITED if budget_bytes is None else _positive(budget_bytes, "budget_bytes")
         chunk = 0 if chunk_bytes is None else _positive(chunk_bytes, "chunk_bytes")
         handle = ctypes.c_void_p()
-        check(lib().zico_agent_create(cap, budget, chunk, ctypes.byref(handle)))
+        if device is None:
+            check(lib().zico_agent_create(cap, budget, chunk, ctypes.byref(handle)))
+        else:
+            cuda = _cuda_lib(device)
+            if cuda.zico_agent_create_cuda(device, cap, budget, chunk, ctypes.byref(handle)) != 0:
+                raise ZicoError(cuda.zico_cuda_agent_error().decode())
         self._handle = handle
 
     def _h(self) -> ctypes.c_void_p:
@@ -98,11 +108,30 @@ class AgentPool:
         self.close()
 
 
-def install_agent_client(fd: int | None = None) -> None:
-    """In a job process, before any allocation: the host pool's upstream becomes the agent on `fd`
-    (None: read env AGENT_FD_ENV). Then install_cpu() routes torch's CPU tensors through it.
-    Limits here (set_budget on the host pool) never raise what the agent grants. Raises ValueError
-    for a missing/bad fd, ZicoError if the fd is no agent socket or a host pool already exists."""
+def _cuda_lib(device) -> ctypes.CDLL:
+    """libzico_cuda.so with the agent entry points' types set; ZicoError when it was not built."""
+    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < 64:
+        raise ValueError(f"device must be a CUDA device index 0..63, not {device!r}")
+    from . import build
+
+    path = build.cuda_library()
+    if path is None:
+        raise ZicoError("the CUDA library was not built: no CUDA toolkit was found at build time")
+    cuda = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    cuda.zico_agent_create_cuda.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                                            ctypes.POINTER(ctypes.c_void_p)]
+    cuda.zico_install_agent_client_cuda.argtypes = [ctypes.c_int, ctypes.c_int]
+    cuda.zico_cuda_agent_error.restype = ctypes.c_char_p
+    return cuda
+
+
+def install_agent_client(fd: int | None = None, device: int = -1) -> None:
+    """In a job process, before any allocation: the pool of `device` (-1: the host pool; N: CUDA
+    device N, before its first CUDA allocation, then install_cuda(N)) takes its segments from the
+    agent on `fd` (None: read env AGENT_FD_ENV). For the host, install_cpu() then routes torch's CPU
+    tensors through it. Limits here (set_budget on the local pool) never raise what the agent
+    grants. Raises ValueError for a missing/bad fd, ZicoError if the fd is no agent socket or the
+    pool already exists."""
     if fd is None:
         text = os.environ.get(AGENT_FD_ENV, "")
         if not text.isdigit():
@@ -110,4 +139,10 @@ def install_agent_client(fd: int | None = None) -> None:
         fd = int(text)
     if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
         raise ValueError(f"fd must be an int >= 0, not {fd!r}")
-    check(lib().zico_install_agent_client(fd))
+    if device == -1:
+        check(lib().zico_install_agent_client(fd))
+        return
+    cuda = _cuda_lib(device)
+    lib()  # the core first: the CUDA library links it
+    if cuda.zico_install_agent_client_cuda(device, fd) != 0:
+        raise ZicoError(cuda.zico_cuda_agent_error().decode())

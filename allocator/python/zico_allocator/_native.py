@@ -72,6 +72,7 @@ _SIGNATURES = {
     "zico_agent_stats_json": (ctypes.c_void_p, [ctypes.c_void_p]),
     "zico_agent_destroy": (None, [ctypes.c_void_p]),
     "zico_install_agent_client": (ctypes.c_int, [ctypes.c_int]),
+    "zico_install_agent_client_on": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
     "zico_last_error": (ctypes.c_char_p, []),
     "zico_string_free": (None, [ctypes.c_void_p]),
     "zico_version": (ctypes.c_char_p, []),
