@@ -39,10 +39,11 @@ bool resolve(const char* name, F* out) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult status{};
   // 12000: these VMM entry points have had one ABI since CUDA 10.2.
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status) != cudaSuccess ||
-      status != cudaDriverEntryPointSuccess || !fn) {
+  const cudaError_t r = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status);
+  if (r != cudaSuccess || status != cudaDriverEntryPointSuccess || !fn) {
     cudaGetLastError();
-    g_error = std::string("the CUDA driver has no ") + name;
+    g_error = std::string("cannot resolve the CUDA driver's ") + name + ": " +
+              (r != cudaSuccess ? cudaGetErrorString(r) : "the driver does not provide it");
     return false;
   }
   *out = reinterpret_cast<F>(fn);

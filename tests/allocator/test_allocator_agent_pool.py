@@ -196,6 +196,29 @@ def test_deadlock_grant_then_the_pool_returns_under_the_budget(agent):
 
 
 @pytest.mark.timeout(60)
+def test_an_idle_job_gives_back_its_cached_segments_when_another_waits(agent):
+    budget = 48 * MiB
+    pool = agent(512 * MiB, budget, wait_s=20.0)
+    a = JobProcess(pool, 1, 1, "script", "--step-bytes", STEP)
+    b = JobProcess(pool, 2, 1, "script", "--step-bytes", STEP)
+    for _ in range(4):
+        a.send("alloc")
+        assert a.until("alloc")["alloc"]
+    a.send("free")  # a's pool keeps the four segments cached: the agent still counts them held
+    assert a.until("freed")["reserved"] == budget
+    assert pool.stats()["jobs"][1]["held_bytes"] == budget
+    b.send("alloc")  # no room: the agent asks a (idle, holding more) to give back what b lacks
+    got = b.until("alloc")
+    stats = pool.stats()
+    assert got["alloc"]
+    assert stats["pool"]["reclaims_sent"] >= 1 and stats["pool"]["deadlock_grants"] == 0
+    assert stats["jobs"][1]["held_bytes"] == budget - STEP and stats["jobs"][2]["held_bytes"] == STEP
+    assert stats["pool"]["transfers"] == STEP // (2 * MiB)  # a's returned chunks, granted to b
+    a.finish()
+    b.finish()
+
+
+@pytest.mark.timeout(60)
 def test_scrub_a_second_tenant_reads_zeros_the_same_tenant_skips_it(agent):
     pool = agent(STEP)  # one segment's worth: every job gets the same six chunks
     writer = JobProcess(pool, 1, 1, "write", "--step-bytes", STEP)
