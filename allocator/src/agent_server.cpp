@@ -131,7 +131,7 @@ bool AgentServer::remove_job(int64_t job, std::string* why) {
     *why = "job " + std::to_string(job) + " was never added to this agent";
     return false;
   }
-  disconnect(it->second);
+  disconnect(it->second, /*quarantine=*/true);
   decide();
   wake();
   return true;
@@ -253,13 +253,13 @@ void AgentServer::on_message(Job& j, const Msg& m, long len) {
   }
 }
 
-void AgentServer::disconnect(Job& j) {
+void AgentServer::disconnect(Job& j, bool quarantine) {
   if (!j.connected) return;
   for (uint32_t id : j.held) {
     Chunk& c = chunks_[id];
     c.holder = -1;
     c.last_job = j.id;
-    c.last_tenant = j.tenant;
+    c.last_tenant = quarantine ? kQuarantined : j.tenant;
     free_.push_back(id);
     ++j.returned;
   }

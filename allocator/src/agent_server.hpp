@@ -18,6 +18,7 @@ namespace zico {
 
 class AgentServer {
  public:
+  static constexpr int64_t kQuarantined = -2;
   // capacity_bytes: the pool's size (floor to whole chunks); budget_bytes: UINT64_MAX = none;
   // chunk_bytes: a multiple of the page size; ops: how chunks are made (memfd_chunk_ops() for host
   // memory). nullptr (and *why) on bad arguments or OS errors.
@@ -41,7 +42,7 @@ class AgentServer {
     uint64_t handle = 0;     // the chunk ops' own state (CUDA: the allocation handle)
     int64_t holder = -1;     // job holding it, -1 = free
     int64_t last_job = -1;   // job that held it last (transfers)
-    int64_t last_tenant = -1;  // tenant that held it last (scrub)
+    int64_t last_tenant = -1;  // tenant that held it last (scrub); kQuarantined: scrub for anyone
   };
   struct Pending {
     bool active = false;
@@ -66,7 +67,9 @@ class AgentServer {
   void loop();
   void wake();
   void on_message(Job& j, const agent::Msg& m, long len);
-  void disconnect(Job& j);
+  // Takes the job's chunks back. quarantine: the process may still map them (remove_job on a live
+  // job), so each is scrubbed before its next grant, whatever the tenant.
+  void disconnect(Job& j, bool quarantine = false);
   void decide();
   bool grant(Job& j, bool over_budget);
   void refuse(Job& j, agent::RefuseReason reason, const std::string& text);

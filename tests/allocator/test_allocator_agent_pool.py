@@ -4,8 +4,11 @@ agent client and allocate. Shown: sharing below the sum of solo peaks, reuse acr
 (transfers), a killed job's chunks back within 1 s, a greedy job capped while another proceeds,
 the deadlock grant and the return under the budget, the scrub across tenants, and that nothing a
 job calls raises what the agent grants."""
+import array
 import json
 import os
+import socket
+import struct
 import queue
 import subprocess
 import sys
@@ -307,6 +310,57 @@ def test_cuda_chunks_shared_and_scrubbed_across_processes(agent):
         assert stats["held_bytes"] == 0 and stats["peak_held_bytes"] <= 256 * MiB
     finally:
         pool.close()
+
+
+def _packet(kind, a=0, b=0, c=0, ids=()):
+    """One job -> agent message (layout of allocator/src/agent_protocol.hpp's Msg)."""
+    ids = list(ids) + [0] * (200 - len(ids))
+    return struct.pack("<IIQQQII200I192s", 0x5A494331, kind, a, b, c, len([i for i in ids if i]) if kind == 5 else 0,
+                       0, *ids, b"")
+
+
+@pytest.mark.timeout(60)
+def test_a_hostile_job_cannot_free_or_reach_another_jobs_chunks(agent):
+    pool = agent(64 * MiB, 48 * MiB)
+    victim = JobProcess(pool, 1, 1, "hold", "--step-bytes", 24 * MiB)
+    victim.until("held")
+    fd = pool.add_job(2, 2)  # this test plays job 2 on the raw socket
+    sock = socket.socket(fileno=fd)
+    hello = sock.recv(4096)
+    assert struct.unpack_from("<II", hello) == (0x5A494331, 1)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    sock.sendmsg([_packet(5, ids=range(1, 12))])  # RETURN of chunks job 1 holds
+    sock.send(b"garbage")
+    r, w = os.pipe()  # try to plant descriptors in the agent
+    sock.sendmsg([_packet(99)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, w]))])
+    os.close(r)
+    os.close(w)
+    sock.sendmsg([_packet(2, a=1 << 40, b=1, c=7)])  # more than the capacity
+    refusal = sock.recv(4096)
+    _, kind, reason = struct.unpack_from("<IIQ", refusal)
+    assert kind == 4 and reason == 3  # REFUSE, capacity
+    stats = pool.stats()
+    assert stats["jobs"][1]["held_bytes"] == 24 * MiB and stats["jobs"][2]["bad_messages"] == 13
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # the planted fds were closed on receipt
+    pool.remove_job(2)
+    assert sock.recv(4096) == b""  # the agent closed it
+    sock.close()
+    victim.finish()
+
+
+@pytest.mark.timeout(60)
+def test_remove_job_takes_chunks_back_and_quarantines_them(agent):
+    pool = agent(STEP)
+    job = JobProcess(pool, 1, 1, "hold", "--step-bytes", STEP)
+    job.until("held")
+    pool.remove_job(1)  # the process still runs and still maps the chunks
+    stats = pool.stats()
+    assert stats["pool"]["held_bytes"] == 0 and not stats["jobs"][1]["connected"]
+    reader = JobProcess(pool, 2, 1, "read", "--step-bytes", STEP)  # same tenant, yet scrubbed
+    seen = reader.until("nonzero")
+    reader.finish()
+    job.finish()
+    assert seen["nonzero"] == 0 and pool.stats()["pool"]["scrubs"] == 6
 
 
 def test_bad_arguments_and_malformed_chunk_knob():

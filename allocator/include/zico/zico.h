@@ -109,7 +109,9 @@ int zico_agent_create(uint64_t capacity_bytes, uint64_t budget_bytes, uint64_t c
  * SOCK_SEQPACKET socketpair, close-on-exec set (the caller clears it or passes it with pass_fds). When
  * that socket closes (the job exited or died), the job's chunks return to the free list. */
 int zico_agent_add_job(zico_agent_t* agent, int64_t job_id, int64_t tenant_id, int* out_fd);
-/* Disconnects the job; every chunk it held returns to the free list. The record stays in the stats. */
+/* Disconnects the job; every chunk it held returns to the free list, quarantined: the process may
+ * still map them, so each is scrubbed before its next grant, even to the same tenant. The record
+ * stays in the stats. */
 int zico_agent_remove_job(zico_agent_t* agent, int64_t job_id);
 int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes);
 /* Bound on how long a request waits for room before it is refused (seconds; default

@@ -71,7 +71,8 @@ class AgentPool:
         return fd.value
 
     def remove_job(self, job_id: int) -> None:
-        """Disconnects the job; every chunk it held returns to the free list (its stats stay)."""
+        """Disconnects the job; every chunk it held returns to the free list (its stats stay). The
+        process may still map them, so each is scrubbed before its next grant, even within the tenant."""
         check(lib().zico_agent_remove_job(self._h(), job_id))
 
     def set_budget(self, budget_bytes: int | None) -> None:
