@@ -11,13 +11,15 @@ One round:
 2. moves ``queued`` jobs on (two bulk moves): to ``ready`` when a curve is stored, else to
    ``profiling`` with a ``zico.device.profile_job`` task on a device queue;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
-4. asks the policy (placement.policies) for placements and opens them with
+4. asks the policy (placement.policies) for a decision — placements, and why every other ready
+   job waits — and opens the placements with
    :meth:`zico.cluster.models.Placement.open_many` (a fixed number of queries per call), which
    re-checks under row locks that every job is still ``ready``, the device online and the
    tenant rules kept (the conditional claim: a job moved by anyone else meanwhile is skipped,
    never placed twice) — ``CHUNK_DEVICES`` devices per transaction;
 5. after each commit, sends the tasks of what it committed (one ``zico.device.run_job`` per
-   placed job, to its device's queue) in one Redis pipeline.
+   placed job, to its device's queue) in one Redis pipeline;
+6. stores the waiting reasons that changed (Note [Waiting reasons] in zico.scheduling.waiting).
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
@@ -30,14 +32,17 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from placement.gating import DEFAULT_GATE_HEADROOM
+from placement import reasons
 from placement.policies import MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
+from . import waiting
 from .recovery import unsent_tasks
 from .snapshot import take_snapshot
 
@@ -60,6 +65,7 @@ class RoundResult:
     profiling: list[int] = field(default_factory=list)      # queued -> profiling (task sent)
     failed: list[int] = field(default_factory=list)         # ready -> failed (fits no device)
     placed: dict[int, int] = field(default_factory=dict)    # job id -> placement id
+    waiting: dict[int, reasons.WaitReason] = field(default_factory=dict)  # job left waiting -> why
     resent: list[int] = field(default_factory=list)         # jobs whose task was resent (first round only)
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
@@ -111,7 +117,8 @@ class Scheduler:
     def __init__(self, policy: Policy | None = None) -> None:
         # groups planned with each device's gate share (its worker's --gate-headroom, registered in
         # worker_up); this default only serves devices without one
-        self.policy = policy or MemoryAware(group_share=1 - DEFAULT_GATE_HEADROOM)
+        self.policy = policy or MemoryAware(max_slowdown=settings.ZICO_MAX_SLOWDOWN,
+                                            group_share=1 - DEFAULT_GATE_HEADROOM)
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 
     def run_round(self) -> RoundResult:
@@ -144,8 +151,12 @@ class Scheduler:
                     if try_transition(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
                         res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
-            for p in self.policy.place(snap.state):
+            decision = self.policy.decide(snap.state)
+            for p in decision.placements:
                 by_device[p.device_id].append(p)
+            peaks = {j.id: j.peak_bytes for j in snap.state.queued}
+            res.waiting.update({pk: reasons.unavailable_devices(r, peaks[pk], snap.unavailable)
+                                for pk, r in decision.waiting.items()})
             clock("decide")
             items = list(by_device.items())
             for i in range(0, len(items), CHUNK_DEVICES):
@@ -154,6 +165,8 @@ class Scheduler:
                 clock("write")
                 self._flush(res)
                 clock("send")
+            waiting.record([(snap.jobs[pk], r) for pk, r in res.waiting.items() if pk in snap.jobs], JobStatus.READY)
+            clock("write")
         finally:
             _unlock_round()
         return res
@@ -180,6 +193,11 @@ class Scheduler:
         res.ready += [j.pk for j in ready]
         profiler = _profiling_device() if len(ready) < len(queued) else None
         if profiler is None:
+            if len(ready) < len(queued):  # no online device to profile on
+                why = reasons.no_profiling_device(_unavailable_devices())
+                left = [j for j in queued if j.pk not in with_curve]
+                res.waiting.update({j.pk: why for j in left})
+                waiting.record([(j, why) for j in left], JobStatus.QUEUED)
             return
         profiling = [j for j in queued if j.pk not in with_curve]
         transition_many(profiling, JobStatus.PROFILING, device=profiler)
@@ -200,6 +218,8 @@ class Scheduler:
                 self._placed(snap, device, jobs, got, res)
             else:
                 log.info("placement on %s refused: %s", device, got)
+                if len(jobs) == 1:
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device), str(got))
                 if len(jobs) > 1:
                     retry += [(device, [j], p.plan) for j, p in zip(jobs, ps)]
         if retry:
@@ -208,6 +228,7 @@ class Scheduler:
                     self._placed(snap, device, jobs, got, res)
                 else:
                     log.info("placement on %s refused: %s", device, got)
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device), str(got))
 
     @staticmethod
     def _placed(snap, device: Device, jobs: list, placement: Placement, res: RoundResult) -> None:
@@ -245,6 +266,12 @@ def _unlock_round() -> None:
             cur.execute("SELECT pg_advisory_unlock(%s)", [ROUND_LOCK_KEY])
     except Exception:  # the connection is gone, and its session's lock with it
         log.warning("could not release the scheduling lock explicitly", exc_info=True)
+
+
+def _unavailable_devices() -> list[tuple[str, float, str]]:
+    """Registered devices that are not online (``(label, budget bytes, status)``), for a reason."""
+    return [(str(d), float(d.budget_bytes), d.status if d.status != Status.ONLINE else f"on a {d.node.status} node")
+            for d in Device.objects.select_related("node").exclude(status=Status.ONLINE, node__status=Status.ONLINE)]
 
 
 def _profiling_device() -> Device | None:
