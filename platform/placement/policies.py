@@ -90,6 +90,7 @@ class FirstFitFifo:
         quotas = Quotas(state)
         out: list[Placement] = []
         waiting: dict[JobId, WaitReason] = {}
+        explained: dict[tuple, WaitReason] = {}
         for job in fifo_order(state.queued):
             why = quotas.refusal(job)
             if why is None and not state.devices:
@@ -101,11 +102,14 @@ class FirstFitFifo:
                     waiting[job.id] = why
                 continue
             dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)), None)
-            if dev is None:  # every device big enough runs a job
-                if explain:
-                    waiting[job.id] = reasons.closest(
-                        [reasons.busy(job, d, on[d.id], 1) if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)
-                         else reasons.too_small(job, d) for d in state.devices], job, state.devices)
+            if dev is None:  # every device big enough runs a job: name the first
+                if explain:  # the same for every job of this curve and tenant until a job is placed
+                    key = (job.curve_key, job.tenant, len(out))
+                    if key not in explained:
+                        peak = job.peak_bytes
+                        first = next(d for d in state.devices if peak <= d.budget_bytes * (1 + BUDGET_RTOL))
+                        explained[key] = reasons.busy(job, first, on[first.id], 1)
+                    waiting[job.id] = explained[key]
                 continue
             plan = self.cache.plan([job], dev.budget_bytes)
             out.append(Placement(job.id, dev.id, plan))
@@ -170,6 +174,9 @@ class MemoryAware:
         out: list[Placement] = []
         waiting: dict[JobId, WaitReason] = {}
         by_id = {d.id: d for d in state.devices}
+        # Note [Waiting reasons] in placement.reasons: a reason depends on the job only through its curve,
+        # compute share and tenant, and on the devices' groups, which change only when a job is placed
+        explained: dict[tuple, WaitReason] = {}
         for job in fair_order(state):
             left -= 1
             why = quotas.refusal(job)
@@ -180,7 +187,10 @@ class MemoryAware:
             choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left)
             if choice is None:
                 if explain:
-                    waiting[job.id] = self._explain(job, buckets, groups, shares, by_id, state)
+                    key = (job.curve_key, job.compute_share, job.tenant, len(out))
+                    if key not in explained:
+                        explained[key] = self._explain(job, buckets, groups, shares, by_id, state)
+                    waiting[job.id] = explained[key]
                 continue
             dev_id, plan = choice
             sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
@@ -246,31 +256,40 @@ class MemoryAware:
         :meth:`_choose` in its order, and the closest one (Note [Waiting reasons] in placement.reasons)."""
         if not state.devices:
             return reasons.no_device()
+        # each refusal as (closeness, order, how to word it): only the closest one is worded
         refusals = []
-        for ids in buckets.values():  # one device of each kind of device, as _choose
+        peak = job.peak_bytes  # a max over the curve's samples: once
+        for n, ids in enumerate(buckets.values()):  # one device of each kind of device, as _choose
             dev = by_id[ids[0]]
             group = groups[dev.id]
-            if job.peak_bytes > dev.budget_bytes * (1 + BUDGET_RTOL):
-                refusals.append(reasons.too_small(job, dev))
+            if peak > dev.budget_bytes * (1 + BUDGET_RTOL):
+                refusals.append((reasons.closeness(reasons.NO_DEVICE_FITS), n,
+                                 lambda: reasons.no_device_fits(job, state.devices)))
             elif not group:  # an empty device that fits: _choose would have taken it
                 continue
             elif len(group) >= self.max_group:
-                refusals.append(reasons.busy(job, dev, group, self.max_group))
+                refusals.append((reasons.closeness(reasons.DEVICE_BUSY), n,
+                                 lambda dev=dev, group=group: reasons.busy(job, dev, group, self.max_group)))
             elif not may_share(job, group, state.tenants):
-                refusals.append(reasons.tenants_do_not_share(job, dev, group, state.tenants))
+                refusals.append((reasons.closeness(reasons.TENANTS_DO_NOT_SHARE), n, lambda dev=dev, group=group:
+                                 reasons.tenants_do_not_share(job, dev, group, state.tenants)))
             else:
                 members, budget = group + [job], dev.budget_bytes * shares[dev.id]
                 factor = contention_factor([j.compute_share for j in members])
                 need = minimal_feasible_budget([j.curve for j in members])
                 if factor > self.max_slowdown:
-                    refusals.append(reasons.slowdown(job, dev, group, None, factor, self.max_slowdown))
+                    refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, factor), n, lambda dev=dev, group=group,
+                                     factor=factor: reasons.slowdown(job, dev, group, None, factor, self.max_slowdown)))
                 elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.plan(members, budget)) is None:
-                    refusals.append(reasons.no_room(job, dev, group, need, budget))
+                    refusals.append((reasons.closeness(reasons.NO_ROOM, need - budget), n, lambda dev=dev, group=group,
+                                     need=need, budget=budget: reasons.no_room(job, dev, group, need, budget)))
                 else:
                     worst = max(range(len(members)), key=lambda k: plan.predicted_slowdown[k])
-                    refusals.append(reasons.slowdown(job, dev, group, members[worst],
-                                                     plan.predicted_slowdown[worst], self.max_slowdown))
-        return reasons.closest(refusals, job, state.devices)
+                    refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, plan.predicted_slowdown[worst]), n,
+                                     lambda dev=dev, group=group, slowed=members[worst],
+                                     factor=plan.predicted_slowdown[worst]:
+                                     reasons.slowdown(job, dev, group, slowed, factor, self.max_slowdown)))
+        return min(refusals, key=lambda r: r[:2])[2]()
 
 
 def saving_bound(curves: Sequence, budget_bytes: float) -> float:

@@ -118,12 +118,6 @@ def no_device_fits(job: Job, devices: Sequence[Device]) -> WaitReason:
 
 
 # -- per-device refusals (Note [Waiting reasons]) --------------------------------------------------
-def too_small(job: Job, dev: Device) -> WaitReason:
-    return WaitReason(NO_DEVICE_FITS, f"device {dev.label}'s budget of {format_bytes(dev.budget_bytes)} is below "
-                                      f"its {format_bytes(job.peak_bytes)} peak", device=dev.label,
-                      figures={"peak_bytes": float(job.peak_bytes), "budget_bytes": float(dev.budget_bytes)})
-
-
 def busy(job: Job, dev: Device, group: Sequence[Job], max_group: int) -> WaitReason:
     if max_group == 1:
         what = f"it runs {_jobs_phrase(job, group)} (one job per device)"
@@ -169,25 +163,10 @@ def placement_refused(device: str, why: str) -> WaitReason:
     return WaitReason(PLACEMENT_REFUSED, f"placement on device {device} was refused: {why}", device=device)
 
 
-def closest(refusals: Iterable[WaitReason], job: Job, devices: Sequence[Device]) -> WaitReason:
-    """The most informative of the per-device refusals (Note [Waiting reasons]); ties: the smallest
-    slowdown, the smallest shortfall, else the first. All devices too small: :func:`no_device_fits`.
-
-    Raises:
-        ValueError: no refusals (a policy explains only jobs it had devices to refuse).
-    """
-    def key(r: WaitReason):
-        f = r.figures
-        if r.kind == SLOWDOWN_LIMIT:
-            return (_CLOSENESS[r.kind], f["slowdown"])
-        if r.kind == NO_ROOM:
-            return (_CLOSENESS[r.kind], f["need_bytes"] - f["budget_bytes"])
-        return (_CLOSENESS[r.kind], 0)
-
-    best = min(refusals, key=key)  # ValueError when empty
-    if best.kind == NO_DEVICE_FITS:
-        return no_device_fits(job, devices)
-    return best
+def closeness(kind: str, measure: float = 0.0) -> tuple[int, float]:
+    """Sort key of a per-device refusal, closest first (Note [Waiting reasons]): its kind's rank,
+    then ``measure`` (the slowdown for :data:`SLOWDOWN_LIMIT`, the missing bytes for :data:`NO_ROOM`)."""
+    return (_CLOSENESS[kind], float(measure))
 
 
 def unavailable_devices(reason: WaitReason, peak_bytes: float,
@@ -200,10 +179,12 @@ def unavailable_devices(reason: WaitReason, peak_bytes: float,
     fits = [u for u in unavailable if peak_bytes <= u[1]]
     if fits:
         label, budget, status = max(fits, key=lambda u: u[1])
-        online = ("no device is online" if reason.kind == NO_DEVICE else
-                  f"the online devices' largest budget is {format_bytes(reason.figures['largest_budget_bytes'])}")
-        return WaitReason(DEVICE_OFFLINE, f"device {label} can hold its {format_bytes(peak_bytes)} peak but is "
-                                          f"{status}; {online}", device=label,
+        if reason.kind == NO_DEVICE:
+            text = f"no device is online; device {label} can hold its {format_bytes(peak_bytes)} peak but is {status}"
+        else:
+            text = (f"no online device can hold its {format_bytes(peak_bytes)} peak (largest budget "
+                    f"{format_bytes(reason.figures['largest_budget_bytes'])}); device {label} can, but is {status}")
+        return WaitReason(DEVICE_OFFLINE, text, device=label,
                           figures={**reason.figures, "peak_bytes": float(peak_bytes), "device_budget_bytes": float(budget),
                                    "device_status": status})
     if reason.kind == NO_DEVICE and unavailable:

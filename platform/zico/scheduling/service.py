@@ -69,7 +69,7 @@ class RoundResult:
     resent: list[int] = field(default_factory=list)         # jobs whose task was resent (first round only)
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per step: advance, snapshot, decide, write, send
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step (advance, decide, waiting, ...)
 
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
@@ -166,7 +166,7 @@ class Scheduler:
                 self._flush(res)
                 clock("send")
             waiting.record([(snap.jobs[pk], r) for pk, r in res.waiting.items() if pk in snap.jobs], JobStatus.READY)
-            clock("write")
+            clock("waiting")
         finally:
             _unlock_round()
         return res

@@ -15,13 +15,13 @@ is explained afresh.
 
 A fixed number of queries whatever the number of jobs (none when nothing changed): the changed
 jobs still in the status the round saw are locked and read (a job cancelled or placed meanwhile
-keeps its move's cleared reason), one UPDATE sets each its own reason (``CASE`` on the id), one
-bulk insert writes the Events.
+keeps its move's cleared reason), one UPDATE sets each its own reason (joined with a ``VALUES``
+list: a ``CASE`` on the id, as Django's ``bulk_update`` writes, took seconds to build for 500 jobs),
+one bulk insert writes the Events.
 """
 from __future__ import annotations
 
-from django.db import transaction
-from django.db.models import Case, CharField, DateTimeField, TextField, Value, When
+from django.db import connection, transaction
 from django.utils import timezone
 
 from placement.reasons import WaitReason
@@ -50,13 +50,7 @@ def record(waiting: list[tuple[Job, WaitReason]], status: str, now=None) -> list
             return []
         ids = [pk for pk, _ in still]
         since = {pk: s or now for pk, s in still}
-        Job.objects.filter(pk__in=ids).update(
-            waiting_reason=Case(*[When(pk=pk, then=Value(changed[pk][1].text)) for pk in ids],
-                                output_field=TextField()),
-            waiting_kind=Case(*[When(pk=pk, then=Value(changed[pk][1].kind)) for pk in ids],
-                              output_field=CharField()),
-            waiting_since=Case(*[When(pk=pk, then=Value(since[pk])) for pk in ids], output_field=DateTimeField()),
-        )
+        _write_columns([(pk, changed[pk][1]) for pk in ids], now)
         Event.objects.bulk_create([
             Event(kind=Event.Kind.WAITING, time=now, job_id=pk, tenant_id=changed[pk][0].tenant_id,
                   details={"reason": changed[pk][1].text, "kind": changed[pk][1].kind,
@@ -66,3 +60,20 @@ def record(waiting: list[tuple[Job, WaitReason]], status: str, now=None) -> list
         job, r = changed[pk]
         job.waiting_reason, job.waiting_kind, job.waiting_since = r.text, r.kind, since[pk]
     return ids
+
+
+def _write_columns(rows: list[tuple[int, WaitReason]], now) -> None:
+    """``UPDATE job SET waiting_reason, waiting_kind, waiting_since (kept if set) FROM (VALUES (id,
+    text, kind), ...)``: one statement per ``max_query_params`` (one for PostgreSQL; SQLite and
+    PostgreSQL both name a VALUES list's columns column1, column2, ...)."""
+    table, q = Job._meta.db_table, connection.ops.quote_name
+    limit = connection.features.max_query_params
+    step = len(rows) if not limit else max(1, (limit - 1) // 3)
+    with connection.cursor() as cur:
+        for i in range(0, len(rows), step):
+            chunk = rows[i:i + step]
+            values = ", ".join(["(%s, %s, %s)"] * len(chunk))
+            cur.execute(f"UPDATE {q(table)} SET {q('waiting_reason')} = v.column2, {q('waiting_kind')} = v.column3, "
+                        f"{q('waiting_since')} = COALESCE({q(table)}.{q('waiting_since')}, %s) "
+                        f"FROM (VALUES {values}) AS v WHERE {q(table)}.{q('id')} = v.column1",
+                        [connection.ops.adapt_datetimefield_value(now), *[x for pk, r in chunk for x in (pk, r.text, r.kind)]])
