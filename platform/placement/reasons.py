@@ -96,7 +96,8 @@ def quota(kind: str, used: float, limit: float, need: float = 1) -> WaitReason:
     else:
         text = (f"tenant quota: {format_bytes(used)} of {format_bytes(limit)} device memory in use, "
                 f"its {format_bytes(need)} peak does not fit")
-    return WaitReason(QUOTA, text, figures={"quota": kind, "used": float(used), "limit": float(limit), "need": float(need)})
+    return WaitReason(QUOTA, text, figures={"quota": kind, "used": float(used), "limit": float(limit),
+                                            "need": float(need)})
 
 
 def no_device() -> WaitReason:
@@ -185,8 +186,8 @@ def unavailable_devices(reason: WaitReason, peak_bytes: float,
             text = (f"no online device can hold its {format_bytes(peak_bytes)} peak (largest budget "
                     f"{format_bytes(reason.figures['largest_budget_bytes'])}); device {label} can, but is {status}")
         return WaitReason(DEVICE_OFFLINE, text, device=label,
-                          figures={**reason.figures, "peak_bytes": float(peak_bytes), "device_budget_bytes": float(budget),
-                                   "device_status": status})
+                          figures={**reason.figures, "peak_bytes": float(peak_bytes),
+                                   "device_budget_bytes": float(budget), "device_status": status})
     if reason.kind == NO_DEVICE and unavailable:
         states = ", ".join(f"{label} {status}" for label, _, status in unavailable)
         return WaitReason(NO_DEVICE, f"no device is online ({states})", figures={"online_devices": 0})

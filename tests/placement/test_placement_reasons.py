@@ -132,7 +132,8 @@ def test_every_queued_job_is_placed_or_has_a_reason():
 
 def test_an_offline_device_that_would_hold_the_job_is_named():
     why = reasons.no_device_fits(_job(1), [Device("d0", 4 * GiB)])
-    refined = reasons.unavailable_devices(why, 6 * GiB, [("h:gpu1", 8 * GiB, "offline"), ("h:gpu2", 2 * GiB, "offline")])
+    unavailable = [("h:gpu1", 8 * GiB, "offline"), ("h:gpu2", 2 * GiB, "offline")]
+    refined = reasons.unavailable_devices(why, 6 * GiB, unavailable)
     assert refined.kind == reasons.DEVICE_OFFLINE and refined.device == "h:gpu1"
     assert refined.text == ("no online device can hold its 6 GiB peak (largest budget 4 GiB); device h:gpu1 can, "
                             "but is offline")

@@ -138,7 +138,8 @@ def test_no_device_online_for_a_ready_job_and_for_one_to_profile(cluster, tenant
                                       "but is offline")
     body = api(unprofiled)
     assert (body["status"], body["waiting_kind"]) == ("queued", "no_device")
-    assert body["waiting_reason"] == f"no device is online to profile it on ({cluster[0]} offline, {cluster[1]} offline)"
+    assert body["waiting_reason"] == (f"no device is online to profile it on ({cluster[0]} offline, "
+                                      f"{cluster[1]} offline)")
 
 
 def test_the_reason_is_cleared_when_the_job_is_placed(cluster, tenant, make_job, api):

@@ -37,7 +37,7 @@ from django.db import connection, transaction
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
-from placement.policies import MemoryAware, Policy
+from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 ROUND_LOCK_KEY = 0x7A69636F2D736368
 CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
 SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
+POLICIES = ("memory-aware", "fifo")  # names of make_policy (runscheduler --policy)
 RUN_TASK = "zico.device.run_job"
 PROFILE_TASK = "zico.device.profile_job"
 
@@ -109,16 +110,28 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
     return sent
 
 
+def make_policy(name: str = "memory-aware") -> Policy:
+    """The service's policy by name, with its settings: ``memory-aware`` (slowdown limit
+    ``settings.ZICO_MAX_SLOWDOWN``; groups planned with each device's registered gate share, and
+    ``1 - DEFAULT_GATE_HEADROOM`` for a device without one) or ``fifo``.
+
+    Raises:
+        ValueError: an unknown name (the message lists :data:`POLICIES`).
+    """
+    if name == "memory-aware":
+        return MemoryAware(max_slowdown=settings.ZICO_MAX_SLOWDOWN, group_share=1 - DEFAULT_GATE_HEADROOM)
+    if name == "fifo":
+        return FirstFitFifo()
+    raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")
+
+
 class Scheduler:
     """Runs scheduling rounds with one policy; keeps the policy (and its plan cache) between
     rounds. Call :meth:`run_round` outside any transaction: tasks are sent when its own
     transactions have committed."""
 
     def __init__(self, policy: Policy | None = None) -> None:
-        # groups planned with each device's gate share (its worker's --gate-headroom, registered in
-        # worker_up); this default only serves devices without one
-        self.policy = policy or MemoryAware(max_slowdown=settings.ZICO_MAX_SLOWDOWN,
-                                            group_share=1 - DEFAULT_GATE_HEADROOM)
+        self.policy = policy or make_policy()
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 
     def run_round(self) -> RoundResult:

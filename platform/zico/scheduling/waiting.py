@@ -76,4 +76,5 @@ def _write_columns(rows: list[tuple[int, WaitReason]], now) -> None:
             cur.execute(f"UPDATE {q(table)} SET {q('waiting_reason')} = v.column2, {q('waiting_kind')} = v.column3, "
                         f"{q('waiting_since')} = COALESCE({q(table)}.{q('waiting_since')}, %s) "
                         f"FROM (VALUES {values}) AS v WHERE {q(table)}.{q('id')} = v.column1",
-                        [connection.ops.adapt_datetimefield_value(now), *[x for pk, r in chunk for x in (pk, r.text, r.kind)]])
+                        [connection.ops.adapt_datetimefield_value(now),
+                         *[x for pk, r in chunk for x in (pk, r.text, r.kind)]])
