@@ -43,7 +43,9 @@ class Snapshot:
     unavailable: list[tuple[str, float, str]] = field(default_factory=list)
 
 
-def _compute_share(curve: MemoryCurve) -> float:
+def compute_share(curve: MemoryCurve) -> float:
+    """The share of a device's compute the scheduler assumes ``curve``'s job takes: its
+    ``meta["compute_share"]`` when in (0, 1], else DEFAULT_COMPUTE_SHARE."""
     share = curve.meta.get("compute_share") if curve.meta else None
     if isinstance(share, (int, float)) and 0 < share <= 1:
         return float(share)
@@ -66,7 +68,7 @@ def _job_state(job: Job, c: _Curve) -> JobState | None:
     iterations = job.total_iterations or (job.params or {}).get("iterations") or 1
     return JobState(id=job.pk, tenant=job.tenant_id, curve=c.curve, submitted_s=job.created_at.timestamp(),
                     priority=job.priority, iterations=max(1, int(iterations)),
-                    compute_share=_compute_share(c.curve), curve_key=c.key)
+                    compute_share=compute_share(c.curve), curve_key=c.key)
 
 
 def _latest_curves(job_ids) -> dict[int, _Curve]:

@@ -89,11 +89,13 @@ def job_detail(request, pk: int):
     plan = _plan_view(request.user, job, placement)
     delay_events = job.events.filter(kind=Event.Kind.DELAY)
     delays = list(delay_events.order_by("-time")[:20])
-    total_delay = sum(float((d or {}).get("delay_s", 0) or 0) for d in delay_events.values_list("details", flat=True))
+    totals = [d or {} for d in delay_events.values_list("details", flat=True)]  # one event per run
+    total_delay = sum(float(d.get("delay_s", 0) or 0) for d in totals)
+    delay_count = sum(int(d.get("delays", 1) or 0) for d in totals)
     log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
     return render(request, "web/job_detail.html", {
         "job": job, "s": job_status(job), "profile": profile, "placement": placement, "plan": plan,
-        "delays": delays, "delay_count": delay_events.count(), "total_delay_s": total_delay, "log": log,
+        "delays": delays, "delay_count": delay_count, "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(request.user, job),
         "windows": WINDOWS_S, "params": sorted((job.params or {}).items()),
     })
