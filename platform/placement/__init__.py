@@ -6,6 +6,7 @@ Entry points (see docs/placement.md):
 * ``placement.curves`` — MemoryCurve, the curve contract and loader;
 * ``placement.groups.plan_group`` / ``best_shifts`` — a group's sharing plan, shifts;
 * ``placement.coordinator.Coordinator`` — live gating on one device (the GPU worker's);
-* ``placement.policies.FirstFitFifo`` / ``MemoryAware`` — ``place(state) -> placements``;
+* ``placement.policies.FirstFitFifo`` / ``MemoryAware`` — ``decide(state) -> Decision`` (placements,
+  and a ``placement.reasons.WaitReason`` per job left waiting), ``place(state) -> placements``;
 * ``placement.simulator.simulate`` — a job trace on a simulated cluster.
 """

@@ -159,9 +159,12 @@ def slowdown(job: Job, dev: Device, group: Sequence[Job], slowed: Job | None, fa
                                "job_ids": [o.id for o in group]})
 
 
-def placement_refused(device: str, why: str) -> WaitReason:
-    """The policy placed the job on ``device`` but the locked re-check refused it (the state changed)."""
-    return WaitReason(PLACEMENT_REFUSED, f"placement on device {device} was refused: {why}", device=device)
+def placement_refused(device: str) -> WaitReason:
+    """The policy placed the job on ``device`` but the locked re-check refused it: the device or the
+    jobs on it changed meanwhile. (The re-check's own message may name other tenants: the service
+    logs it and keeps it out of the reason.)"""
+    return WaitReason(PLACEMENT_REFUSED, f"placement on device {device} was refused by the final check (the device "
+                                         "or its jobs changed meanwhile); the next round tries again", device=device)
 
 
 def closeness(kind: str, measure: float = 0.0) -> tuple[int, float]:

@@ -44,7 +44,7 @@ from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
 from . import waiting
 from .recovery import unsent_tasks
-from .snapshot import take_snapshot
+from .snapshot import take_snapshot, unavailable_reason
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,8 @@ class Scheduler:
                 clock("write")
                 self._flush(res)
                 clock("send")
-            waiting.record([(snap.jobs[pk], r) for pk, r in res.waiting.items() if pk in snap.jobs], JobStatus.READY)
+            waiting.record([(snap.jobs[pk], r) for pk, r in res.waiting.items() if pk in snap.jobs],
+                           JobStatus.READY)
             clock("waiting")
         finally:
             _unlock_round()
@@ -232,7 +233,7 @@ class Scheduler:
             else:
                 log.info("placement on %s refused: %s", device, got)
                 if len(jobs) == 1:
-                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device), str(got))
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device))
                 if len(jobs) > 1:
                     retry += [(device, [j], p.plan) for j, p in zip(jobs, ps)]
         if retry:
@@ -241,7 +242,7 @@ class Scheduler:
                     self._placed(snap, device, jobs, got, res)
                 else:
                     log.info("placement on %s refused: %s", device, got)
-                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device), str(got))
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device))
 
     @staticmethod
     def _placed(snap, device: Device, jobs: list, placement: Placement, res: RoundResult) -> None:
@@ -282,9 +283,9 @@ def _unlock_round() -> None:
 
 
 def _unavailable_devices() -> list[tuple[str, float, str]]:
-    """Registered devices that are not online (``(label, budget bytes, status)``), for a reason."""
-    return [(str(d), float(d.budget_bytes), d.status if d.status != Status.ONLINE else f"on a {d.node.status} node")
-            for d in Device.objects.select_related("node").exclude(status=Status.ONLINE, node__status=Status.ONLINE)]
+    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason."""
+    return [(str(d), float(d.budget_bytes), why) for d in Device.objects.select_related("node")
+            if (why := unavailable_reason(d))]
 
 
 def _profiling_device() -> Device | None:

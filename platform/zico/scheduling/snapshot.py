@@ -111,8 +111,9 @@ def _usage(now) -> dict[int, float]:
     return usage
 
 
-def _unavailable(d: Device, blind: set[int]) -> str:
-    """Why the policy may not place on ``d`` (words for a waiting reason), or ``""``."""
+def unavailable_reason(d: Device, blind: frozenset[int] | set[int] = frozenset()) -> str:
+    """Why no job may be placed on ``d`` now (words for a waiting reason: "offline", "draining", ...),
+    or ``""``; ``blind``: devices running a job whose curve is unusable."""
     if d.node.status != Status.ONLINE:
         return f"on a node that is {d.node.status}"
     if d.status != Status.ONLINE:
@@ -155,7 +156,7 @@ def take_snapshot(now=None) -> Snapshot:
     registered = list(Device.objects.select_related("node"))
     all_budgets = [d.budget_bytes for d in registered]
     for d in registered:
-        why = _unavailable(d, blind)
+        why = unavailable_reason(d, blind)
         if why:
             snap.unavailable.append((str(d), float(d.budget_bytes), why))
             continue
