@@ -18,7 +18,7 @@ Devices the policy does not see (offline or draining) are the service's to add:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 from .state import Device, Job
 
