@@ -196,11 +196,9 @@ def main() -> None:
                                    "--budget", str(budget), "--slots", "2", "--gate-headroom", str(headroom)],
                         run_dir, var_dir),
     }
-    device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(
-        node__host=host, kind="cpu", index=0, status="online").first(), 180, procs, log_dir=var_dir)
-    if device.total_bytes != capacity:
-        log(f"note: device {device} registered earlier with {mib(device.total_bytes)}; now {mib(capacity)}")
-    device.refresh_from_db()
+    device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(  # this worker's capacity
+        node__host=host, kind="cpu", index=0, status="online", total_bytes=capacity).first(), 180, procs,
+        log_dir=var_dir)
     if device.budget_bytes != min(budget, device.total_bytes):
         device.set_budget(min(budget, device.total_bytes))  # as staff would through the API
     log(f"device {device} online: total {mib(device.total_bytes)}, budget {mib(device.budget_bytes)}")

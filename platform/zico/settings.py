@@ -160,6 +160,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Every operation's 400/401/403/404/409/429 responses, written once (zico/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "zico.api.schema.add_error_responses"],
 }
 
 def _positive(var: str, default: int | float, cast=int):
@@ -200,6 +202,9 @@ ZICO_TIMELINE_RETENTION_S = _positive("ZICO_TIMELINE_RETENTION_S", 7 * 24 * 3600
 ZICO_MAX_WORKER_LOSSES = _positive("ZICO_MAX_WORKER_LOSSES", 3)
 # Seconds without a changed heartbeat after which a device's worker is declared lost (float).
 ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
+# Seconds a profiling run may take (float): the worker stops it at the first iteration boundary past it
+# and the job fails with that reason; the control consumer fails a job still profiling at twice this.
+ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
 
 # --- Scheduler (zico/scheduling/service.py) -----------------------------------------------
 # Bound on every co-located job's predicted slowdown (co-located iteration time over solo) that the

@@ -1,15 +1,12 @@
-"""``manage.py curve`` tests: the shared snapshots' summaries, JSON output, estimates and errors."""
+"""``manage.py curve`` tests: the real snapshots' summaries, JSON output, estimates and errors."""
 import json
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from placement.curves import load_curve
 from workers.curves.snapshot import snapshot_curve
-
-SNAPSHOTS = sorted(Path("/work/shared/data/torch-snapshots").glob("*.pickle"))
 
 
 def run(*args):
@@ -18,9 +15,8 @@ def run(*args):
     return out.getvalue()
 
 
-@pytest.mark.skipif(not SNAPSHOTS, reason="shared snapshots not present")
-@pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda p: p.name)
-def test_import_prints_peak_persistent_and_duration_and_writes_json(path, tmp_path):
+def test_import_prints_peak_persistent_and_duration_and_writes_json(real_snapshot, tmp_path):
+    path = real_snapshot
     target = tmp_path / "curve.json"
     text = run("import", str(path), "--json", str(target), "--points", "256")
     curve = snapshot_curve(path)

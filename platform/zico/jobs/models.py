@@ -110,6 +110,12 @@ class Job(models.Model):
             return True
         return self.owner_id == user.pk and self.tenant.has_role(user, Role.MEMBER)
 
+    def profile_spec(self) -> dict[str, Any]:
+        """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
+        ``{"workload", "params", "time_limit_s"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``."""
+        return {"workload": self.workload, "params": self.params or {},
+                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
+
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
 

@@ -23,7 +23,7 @@ One round:
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
-``profile_job(job_id, {"workload", "params"})``.
+``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}).
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ class Scheduler:
         for job in profiling:
             res.profiling.append(job.pk)
             res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
-                               [job.pk, {"workload": job.workload, "params": job.params or {}}]))
+                               [job.pk, job.profile_spec()]))
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)
