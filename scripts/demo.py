@@ -222,6 +222,7 @@ def main() -> None:
     log("starting the scheduler")
     procs["scheduler"] = start("scheduler", [py, "manage.py", "runscheduler"], run_dir, var_dir)
     seen: dict[int, str] = {}
+    waiting: dict[int, str] = {}
 
     def progress():
         done = True
@@ -230,6 +231,10 @@ def main() -> None:
             if seen.get(jid) != j["status"]:
                 seen[jid] = j["status"]
                 log(f"job {jid}: {j['status']}" + (f" ({j['failure_reason']})" if j["failure_reason"] else ""))
+            why = j.get("waiting_reason") or ""
+            if why and why != waiting.get(jid):  # the scheduler's reason, as GET /api/jobs/{id}/ gives it
+                log(f"job {jid} waits: {why}")
+            waiting[jid] = why
             done &= j["status"] in ("succeeded", "failed", "cancelled")
         return done
 
