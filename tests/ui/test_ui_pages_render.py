@@ -23,7 +23,7 @@ def test_pages_redirect_signed_out_users_to_sign_in(client):
 def test_job_list_shows_status_progress_and_peak(cluster, client_for, personas):
     j = cluster.acme_job
     Job.objects.filter(pk=j.pk).update(progress_iteration=125, metrics={"iterations_per_s": 4.5,
-                                                                        "peak_bytes": 3 * (1 << 30)})
+                                                                        "peak_allocated_bytes": 3 * (1 << 30)})
     html = client_for(personas.owner).get("/").content.decode()
     assert "acme-secret-model" in html
     assert "125 / 500 iterations" in html

@@ -219,7 +219,8 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
         if dev is None or (p.job is not None and p.job not in known_jobs):
             continue
         rows.append(TimelinePoint(device=dev, job_id=p.job, second=p.second, time=_dt(p.second),
-                                  allocated_bytes=p.allocated, reserved_bytes=p.reserved, iteration=p.iteration,
+                                  allocated_bytes=p.allocated, reserved_bytes=p.reserved,
+                                  allocated_at_peak_bytes=p.allocated_at_peak, iteration=p.iteration,
                                   phase=p.phase, device_used_bytes=p.device_used, budget_bytes=p.budget,
                                   samples=p.samples))
     TimelinePoint.objects.bulk_create(rows, ignore_conflicts=True)

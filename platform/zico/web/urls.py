@@ -26,6 +26,7 @@ urlpatterns = [
     path("tenants/<slug:slug>/tokens/<int:token_id>/revoke/", tenant_admin.token_revoke, name="web-token-revoke"),
     # JSON polled by the pages
     path("data/jobs/status.json", data.jobs_status, name="web-data-jobs-status"),
+    path("data/jobs/<int:pk>/panels.json", jobs.job_panels_data, name="web-data-job-panels"),
     path("data/jobs/<int:pk>/memory.json", data.job_memory_data, name="web-data-job-memory"),
     path("data/devices/<int:pk>/timeline.json", data.device_timeline_data, name="web-data-device-timeline"),
 ]
