@@ -148,8 +148,9 @@ def _event_label(e: Event, visible_job_ids: set[int] | None) -> str:
     if e.kind == Event.Kind.PLACEMENT:
         return f"{job} placed"
     if e.kind == Event.Kind.OOM_PREVENTED:
-        asked = d.get("requested_bytes")
-        return f"OOM prevented: {job}" + (f" asked for {bytes_h(asked)}" if asked else "")
+        n = int(d.get("count") or 0)
+        return (f"OOM prevented ×{n}: {job} waited {float(d.get('waited_s') or 0):.2f} s for the budget"
+                + (f" ({d['overruns']} let past it)" if d.get("overruns") else ""))
     return e.get_kind_display()
 
 
