@@ -63,7 +63,8 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
     ``eta_s`` (seconds left at that rate, running jobs only), ``peak_allocated_bytes``,
     ``peak_reserved_bytes`` (Note [Per-job peaks in a shared pool]), ``delay_s``, ``slowdown``,
     ``solo_iteration_s``, ``mean_iteration_s`` (Note [Slowdown, predicted and measured]),
-    ``queue_position``, ``waiting_reason``, ``failure_reason``, ``span`` (submitted, started, finished).
+    ``queue_position``, ``waiting_reason``, ``failure_reason``, ``span`` (submitted, started, finished;
+    ``run_s`` from start to finish).
     """
     m = job.metrics or {}
     peaks = peaks or {}
@@ -88,7 +89,9 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
         "failure_reason": job.failure_reason,
         "span": {"submitted": job.created_at.timestamp(),
                  "started": job.started_at.timestamp() if job.started_at else None,
-                 "finished": job.finished_at.timestamp() if job.finished_at else None},
+                 "finished": job.finished_at.timestamp() if job.finished_at else None,
+                 "run_s": (job.finished_at - job.started_at).total_seconds()
+                 if job.finished_at and job.started_at else None},
     }
 
 
@@ -134,8 +137,11 @@ def panel_context(user, job: Job) -> dict[str, Any]:
     s = job_statuses([job])[0]
     return {
         "job": job, "s": s, "profile": profile, "placement": placement,
-        "placement_active": placement is not None and placement.is_active and job.status not in
-        (S.SUCCEEDED, S.FAILED, S.CANCELLED),
+        # the plan's tag: "active" while this job runs in it, "ending" for a cancel its worker has not yet
+        # confirmed, "ended" once the job (or the placement) is done, even while a partner still runs in it
+        "plan_state": ("ended" if placement is None or not placement.is_active
+                       else "ending" if job.status == S.CANCELLED
+                       else "ended" if job.status in (S.SUCCEEDED, S.FAILED) else "active"),
         "plan": _plan_view(user, job, placement), "delays": delays, "delay_count": delay_events.count(),
         "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(user, job),

@@ -198,12 +198,12 @@ def _clip_to_pool(job_rows: list[dict], pool_rows: list[dict]) -> None:
 
 
 def _end_band(points: list[list], finished_s: float) -> list[list]:
-    """A finished job's band: its points up to the second it finished, then one point of 0 bytes, so the
-    band ends with the job instead of holding its last value."""
+    """A finished job's band: its points up to the second it finished, then one point of 0 bytes at most
+    1 s after its last one, so the band ends with the job instead of holding its last value."""
     end = math.floor(finished_s) + 1
     kept = [p for p in points if p[0] < end]
-    if kept and kept[-1][1]:
-        kept.append([max(end, math.floor(kept[-1][0]) + 1), 0])
+    if kept and kept[-1][1]:  # right after its last point: a stepped band holds a value until the next one
+        kept.append([min(end, kept[-1][0] + 1), 0])
     return kept
 
 
