@@ -83,11 +83,14 @@ def build_cluster(p, publish, now: float):
     rows = []
     for s in range(int(now) - 900, int(now)):  # the consumer stores every second; live samples overlay the last 2 min
         when = _dt(s)
-        # the pool point is the largest sum within the second, as the control consumer stores it
-        total_a = max(sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5))
+        # as the control consumer stores it: the pool point is the largest sum within the second, each job's
+        # point its own largest bytes plus its bytes at that peak instant (Note [Stacking per-second points])
+        sums = [sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5)]
+        total_a, k_peak = max(sums), sums.index(max(sums))
         for j, pers, peak, shift in jobs:
             a = max(bytes_at(s + k / 5, pers, peak, shift) for k in range(5))
             rows.append(TimelinePoint(device=dev, job=j, second=s, time=when, allocated_bytes=a,
+                                      allocated_at_peak_bytes=bytes_at(s + k_peak / 5, pers, peak, shift),
                                       reserved_bytes=a + GIB, iteration=int((s - now + 900) / PERIOD_S)))
         budget = 80 * GIB if s < now - 610 else 72 * GIB
         rows.append(TimelinePoint(device=dev, job=None, second=s, time=when, allocated_bytes=total_a,
