@@ -50,3 +50,20 @@ def test_two_api_jobs_share_the_device_and_succeed_within_its_budget(stack, wait
     points = TimelinePoint.objects.filter(device=device, job__isnull=True)
     assert points.count() > 5
     assert points.aggregate(m=Max("reserved_bytes"))["m"] <= device.budget_bytes
+    # the figures the pages show come from the run itself (issue 16): per-job peaks from the allocator,
+    # slowdown measured against the planned curve's solo iteration time beside the plan's prediction
+    for j in jobs:
+        m = j.metrics
+        assert m["peak_allocated_bytes"] > 0 and m["peak_reserved_bytes"] >= 0
+        assert m["slowdown"] == pytest.approx(m["mean_iteration_s"] / m["solo_iteration_s"], rel=1e-3)
+        assert "predicted_slowdown" in m
+    # the stacked bands of co-instant job points never sum above the pool's allocated bytes
+    per_second: dict = {}
+    for second, at_peak in TimelinePoint.objects.filter(device=device, job__isnull=False).values_list(
+            "second", "allocated_at_peak_bytes"):
+        per_second[second] = per_second.get(second, 0) + (at_peak or 0)
+    pool = dict(points.values_list("second", "allocated_bytes"))
+    assert all(total <= pool[s] for s, total in per_second.items() if s in pool)
+    # idle means idle: once both jobs ended the worker returned the pool's cache
+    waiter(lambda: TimelinePoint.objects.filter(device=device, job__isnull=True).order_by("-second")
+           .values_list("reserved_bytes", flat=True).first() == 0, 30, "the idle device's pool to hold nothing")
