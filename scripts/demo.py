@@ -1,11 +1,15 @@
 #!/usr/bin/env python
 """The end-to-end demo driver (called by scripts/demo.sh after set-up, migrations and the web server).
 
-It starts the control consumer, the scheduler and one CPU device worker whose capacity is *smaller than the
-sum of the two jobs' solo peaks*, submits two real training jobs (a digits CNN on scikit-learn's handwritten
+It starts the control consumer, the scheduler and one CPU device worker whose budget is *below the sum of
+the two jobs' solo peaks*, submits two real training jobs (a digits CNN on scikit-learn's handwritten
 digits and a small GPT-style LM on a text corpus) through the REST API, follows them until they end, and
 prints: each job's peak, the device's sampled peak against the sum of solo peaks and the budget, the delays
-the coordinator imposed, throughput against solo, and the URL of the device's timeline page.
+the coordinator imposed, predicted and measured slowdown against solo, the URL of the device's timeline
+page, and one line per check (scripts/demo_plan.checks); the exit status is 0 only when every check holds.
+
+The budget is the one the scheduler's own policy accepts for the measured pair (Note [Choosing the demo's
+budget] in scripts/demo_plan.py), not a fixed fraction of their peaks.
 
 Solo peaks and iteration times are measured first by profiling each job alone through the Zico allocator
 (workers.curves.capture.profile_curve) in this process; those curves are stored as the jobs' profiles before
@@ -33,14 +37,16 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
     {"name": "tiny GPT LM (demo)", "workload": "tiny-lm",
      "params": {"batch_size": 32, "seq_len": 128, "iterations": 40}},
 ]
-# The worker's capacity is below the sum of the jobs' solo peak *reserved* bytes (what a device must hold for
-# each alone: PyTorch's word, and what the device timeline samples); its budget lower still — below even the
-# sum of solo peak allocated bytes — but at least the group's feasible floor, so an allocation over budget
-# waits for the other job's frees. The gap between budget and capacity is the room the allocator's deadlock
-# rule may use (docs/allocator.md); with 0.99/0.9 of the allocated sum it was too small and a job could fail
-# with a fragmentation/capacity OOM.
-CAPACITY_FRACTION = 0.9
-BUDGET_FRACTION = 0.75
+# Solo profiles: steady iterations per job; the curve's iteration time is their median, so one iteration slowed
+# by other work on the machine does not skew the plan (Note [Averaging iterations] in workers/curves/trace.py).
+PROFILE_STEADY = 8
+# The demo worker's --gate-headroom (Note [Gate headroom] in workers/device.py): the coordinator plans *allocated*
+# bytes against (1 - headroom) x budget while the budget bounds *reserved* bytes, so the headroom must at least
+# cover the pool's overhead these jobs showed alone (1 - allocated/reserved over their solo peaks), plus a
+# margin; the scheduler plans their group with the same share. At 0.2 a run reached 320 MiB reserved under a
+# 304 MiB budget (a deadlock grant) for jobs reserving 1.27x what they allocate.
+MIN_GATE_HEADROOM = 0.2
+GATE_HEADROOM_MARGIN = 0.05
 STORED_WAIT_S = 20.0  # at most this long for the control consumer to store the device timeline past the end
 
 
@@ -121,9 +127,10 @@ def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
     za.install_cpu()
     curves, reserved = [], []
     for n, spec in enumerate(JOBS, start=1):
-        c, r = solo_profile(spec["workload"], spec["params"], "cpu", data_dir, 990_000 + n)
+        c, r = solo_profile(spec["workload"], spec["params"], "cpu", data_dir, 990_000 + n, steady=PROFILE_STEADY)
         log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)} allocated ({mib(r)} reserved), "
-            f"persistent {mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration")
+            f"persistent {mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration (median of {PROFILE_STEADY}; "
+            f"range {c.meta['iteration_s_spread'][0]:.2f}-{c.meta['iteration_s_spread'][1]:.2f} s)")
         curves.append(c)
         reserved.append(r)
     return curves, reserved
@@ -146,7 +153,7 @@ def main() -> None:
     from django.utils import timezone
 
     from zico.cluster.models import Device
-    from zico.jobs.models import Event, Job, MemoryProfile
+    from zico.jobs.models import Job, MemoryProfile
     from zico.telemetry.models import TimelinePoint
     from zico.tenants.models import ApiToken
     from zico.tenants.services import DEMO_USERNAME
@@ -157,28 +164,41 @@ def main() -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     host = settings.ZICO_HOST
 
+    from demo_plan import checks, choose_budget, overlapping  # beside this script
+    from zico.scheduling.service import Scheduler
+    from zico.scheduling.snapshot import compute_share
+
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
     curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated
     solo_reserved = sum(reserved)
-    budget = int(max(BUDGET_FRACTION * solo_reserved, feasible_floor(curves, reserved)))
-    capacity = int(max(CAPACITY_FRACTION * solo_reserved, budget))
-    if capacity >= solo_reserved:
-        raise SystemExit(f"these jobs cannot share less than the sum of their peaks ({mib(capacity)} needed)")
-    log(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; the CPU device worker "
-        f"gets a capacity of {mib(capacity)} and a budget of {mib(budget)}")
+    headroom = round(max(MIN_GATE_HEADROOM, 1 - solo_sum / solo_reserved + GATE_HEADROOM_MARGIN), 3)
+    policy = Scheduler().policy  # the scheduler's own policy, with its slowdown limit
+    shares = [compute_share(c) for c in curves]
+    choice = choose_budget(policy, curves, shares, reserved, feasible_floor(curves, reserved), 1 - headroom)
+    budget, capacity = choice.budget_bytes, choice.capacity_bytes
+    log(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; feasible floor "
+        f"{mib(choice.floor_bytes)}; the coordinator plans allocated bytes against {1 - headroom:.3f} of the budget "
+        f"(gate headroom {headroom:g}: the pool reserved {solo_reserved / solo_sum:.2f}x what these jobs allocated)")
+    if choice.plan is None:
+        log(f"the scheduler's policy (slowdown limit {policy.max_slowdown:g}x) co-locates this pair under no budget "
+            f"below the sum of their solo peaks; running at {mib(budget)}, where they would have to share, to show what it does")
+    else:
+        log(f"the scheduler's policy co-locates this pair from a budget of {mib(choice.lowest_accepted_bytes)} on "
+            f"(slowdown limit {policy.max_slowdown:g}x); the device gets a budget of {mib(budget)} and a capacity "
+            f"of {mib(capacity)}; plan: {choice.plan.mode}, predicted slowdown "
+            + ", ".join(f"{x:.2f}x" for x in choice.plan.predicted_slowdown))
 
     py = sys.executable
     procs = {
         "consumer": start("consumer", [py, "manage.py", "runconsumer"], run_dir, var_dir),
         "worker": start("worker", [py, "-m", "workers.bootstrap", "--kind", "cpu", "--capacity", str(capacity),
-                                   "--budget", str(budget), "--slots", "2", "--gate-headroom", "0.2"], run_dir, var_dir),
+                                   "--budget", str(budget), "--slots", "2", "--gate-headroom", str(headroom)],
+                        run_dir, var_dir),
     }
-    device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(
-        node__host=host, kind="cpu", index=0, status="online").first(), 180, procs, log_dir=var_dir)
-    if device.total_bytes != capacity:
-        log(f"note: device {device} registered earlier with {mib(device.total_bytes)}; now {mib(capacity)}")
-    device.refresh_from_db()
+    device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(  # this worker's capacity
+        node__host=host, kind="cpu", index=0, status="online", total_bytes=capacity).first(), 180, procs,
+        log_dir=var_dir)
     if device.budget_bytes != min(budget, device.total_bytes):
         device.set_budget(min(budget, device.total_bytes))  # as staff would through the API
     log(f"device {device} online: total {mib(device.total_bytes)}, budget {mib(device.budget_bytes)}")
@@ -199,7 +219,8 @@ def main() -> None:
     # store them, so both jobs are ready together and the scheduler can place them as one group.
     for jid, curve in zip(ids, curves):
         MemoryProfile.record(Job.objects.get(pk=jid), curve)
-    log("stored each job's solo profile; starting the scheduler")
+    log("stored each job's solo profile")
+    log("starting the scheduler")
     procs["scheduler"] = start("scheduler", [py, "manage.py", "runscheduler"], run_dir, var_dir)
     seen: dict[int, str] = {}
 
@@ -216,8 +237,10 @@ def main() -> None:
     wait_for("both jobs to end", progress, args.timeout, procs, every=1.0, log_dir=var_dir)
     elapsed = time.time() - t_submit
     jobs = [Job.objects.get(pk=jid) for jid in ids]
-    shared = set.intersection(*(set(j.placements.values_list("pk", flat=True)) for j in jobs))
-    t_end = max((j.finished_at or timezone.now()).timestamp() for j in jobs)
+    now = timezone.now()
+    spans = [[(p.device_id, p.started_at, p.ended_at or now) for p in j.placements.all()] for j in jobs]
+    together = overlapping(*spans)
+    t_end = max((j.finished_at or now).timestamp() for j in jobs)
     points = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_submit))
     log("waiting for the control consumer to store the device timeline up to the jobs' end")
     dev_peak = stored_device_peak(points, t_end)
@@ -227,26 +250,30 @@ def main() -> None:
     print("=" * 78)
     print(f"Zico demo: two jobs on one CPU device ({device}), {elapsed:.0f} s from submission to the end")
     print("=" * 78)
-    print(f"placed together: {'yes, placement ' + str(sorted(shared)) if shared else 'NO (run one after another)'}")
     for j, c in zip(jobs, curves):
         m = j.metrics or {}
         solo_ips = 1.0 / c.iteration_s
         ips = m.get("iterations_per_s")
-        ratio = f"{ips / solo_ips:.2f}x solo" if ips else "n/a"
-        delays = Event.objects.filter(job=j, kind="delay").count()
+        measured = f"{m['slowdown']:.2f}x" if m.get("slowdown") else "n/a"
         print(f"- job {j.pk} {j.workload}: {j.status}; peak allocated {mib(m.get('peak_allocated_bytes'))} "
-              f"(solo profile peak {mib(c.peak_bytes)}); {ips or 0:.2f} it/s vs solo {solo_ips:.2f} it/s "
-              f"= {ratio}; delays imposed {m.get('delay_s', 0):.2f} s over {m.get('delays', 0)} iterations "
-              f"({delays} delay events); final loss {m.get('loss', float('nan')):.3f}"
-              + (f", train accuracy {m['train_accuracy']:.2f}" if "train_accuracy" in m else ""))
-    print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)}"
-          + ("" if dev_peak else f" — no stored device points since submission; see {var_dir / 'consumer.log'}"))
-    print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; "
-          f"device capacity {mib(device.total_bytes)}; budget {mib(budget_seen)}")
+              f"(solo profile peak {mib(c.peak_bytes)}); {ips or 0:.2f} it/s vs solo {solo_ips:.2f} it/s; slowdown "
+              f"predicted {_predicted_slowdown(j)}, measured {measured} (iteration time over the solo profile's)")
+        print(f"  delays imposed: {m.get('delays', 0)} ({m.get('delay_s', 0):.2f} s in all, longest "
+              f"{m.get('delay_max_s', 0):.2f} s; waits under 0.05 s are not delays); final loss "
+              f"{m.get('loss', float('nan')):.3f}" + (f", train accuracy {m['train_accuracy']:.2f}"
+                                                       if "train_accuracy" in m else ""))
+    print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; device capacity "
+          f"{mib(device.total_bytes)}; budget {mib(budget_seen)} (the scheduler co-locates this pair from "
+          f"{mib(choice.lowest_accepted_bytes)} on)")
     if dev_peak:
-        print(f"device peak reserved / sum of solo peaks reserved = {dev_peak / solo_reserved:.2f}; "
-              f"peak within budget: {'yes' if dev_peak <= budget_seen else 'NO'}")
+        print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)} = "
+              f"{dev_peak / solo_reserved:.2f} of the sum of solo peaks reserved")
+    else:
+        print(f"device peak reserved: no stored device points since submission; see {var_dir / 'consumer.log'}")
     print(f"device timeline: {args.base_url.rstrip('/')}{reverse('web-device-timeline', args=[device.pk])}")
+    results = checks([j.status for j in jobs], together, dev_peak, budget_seen, solo_reserved, str(device))
+    for c in results:
+        print(c.line())
     print("=" * 78)
     if args.stop_after:
         for name, p in procs.items():
@@ -255,8 +282,17 @@ def main() -> None:
         log("stopped consumer, scheduler and worker")
     else:
         log("consumer, scheduler and worker keep running (scripts/demo.sh stop ends everything)")
-    ok = all(j.status == "succeeded" for j in jobs) and bool(shared)
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if all(c.ok for c in results) else 1)
+
+
+def _predicted_slowdown(job) -> str:
+    """The predicted slowdown of ``job`` in its latest placement's plan (``predicted_slowdown`` per job id)."""
+    p = job.placements.order_by("-started_at").first()
+    plan = (p.plan or {}) if p else {}
+    ids, slow = plan.get("job_ids") or [], plan.get("predicted_slowdown") or []
+    if job.pk in ids and len(slow) == len(ids):
+        return f"{slow[ids.index(job.pk)]:.2f}x"
+    return "n/a"
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 # Zico's main job, end to end on this machine: set-up, database, demo tenant and login, the web
 # server, then the demo driver (scheduler, control consumer, one CPU device worker, two real
 # training jobs sharing it). The web server keeps running afterwards; `scripts/demo.sh stop` ends it.
+# `scripts/demo.sh --check` is the non-interactive form (CI): the same run, then every process it started
+# is stopped, and the exit status is the demo's checks' (0 only when all of them hold).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 RUN_DIR="$ZICO_VAR_DIR/run"
 mkdir -p "$RUN_DIR"
@@ -17,6 +19,8 @@ stop_all() {
   done
 }
 if [ "${1:-}" = stop ]; then stop_all; exit 0; fi
+CHECK=""
+if [ "${1:-}" = --check ]; then CHECK=1; trap stop_all EXIT; fi
 
 ensure_system_packages
 ensure_venv
@@ -34,11 +38,11 @@ log "starting the web server on $ZICO_BASE_URL"
   --pid "$RUN_DIR/web.pid" --access-logfile "$ZICO_VAR_DIR/web-access.log" --error-logfile "$ZICO_VAR_DIR/web.log"
 for _ in $(seq 100); do curl -fs -o /dev/null "$ZICO_BASE_URL/api/schema/" -H 'Accept: application/json' 2>/dev/null && break; sleep 0.2; done
 
-if [ -f scripts/demo.py ]; then
-  "$PY" scripts/demo.py --base-url "$ZICO_BASE_URL"
-else
-  log "starting a CPU device worker (queue cpu.$(hostname -s))"
-  "$VENV/bin/celery" -A zico worker -Q "cpu.$(hostname -s)" -P threads -c 2 --detach \
-    --pidfile "$RUN_DIR/worker.pid" --logfile "$ZICO_VAR_DIR/worker.log"
+if [ -n "$CHECK" ]; then
+  status=0
+  "$PY" scripts/demo.py --base-url "$ZICO_BASE_URL" --stop-after || status=$?
+  log "demo check $([ "$status" = 0 ] && echo passed || echo "FAILED (exit $status)"); stopping what it started"
+  exit "$status"
 fi
+"$PY" scripts/demo.py --base-url "$ZICO_BASE_URL"
 log "web: $ZICO_BASE_URL/  (demo login printed above; stop with: scripts/demo.sh stop)"

@@ -19,12 +19,12 @@ from typing import Any
 
 from . import checkpoints
 from .device import DeviceRuntime, JobState
-from .gate import Gate, RunStopped
+from .gate import DelayTally, Gate, RunStopped
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S = 1.0
-DELAY_REPORT_MIN_S = 0.005  # delays shorter than this are counted in the metrics but not sent one by one
+DELAY_REASON = "coordinator gate (time shift)"
 
 
 class SpecError(ValueError):
@@ -117,6 +117,13 @@ class RunMarks:
         self.state.phase = "done"
         self._mark("iteration_end", i)
         self.gate.progress(self.state.job_id, "iteration_end", i)
+
+
+def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
+    """Send a run's delay totals so far (DelayTally.report) as one ``job_delay`` message, when there are new ones."""
+    if totals is not None:
+        link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, reason=DELAY_REASON,
+                  **totals)
 
 
 def _stats(rt: DeviceRuntime, job_id: int) -> dict[str, int]:
@@ -241,7 +248,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
         t0 = time.monotonic()
         next_progress = t0 + PROGRESS_EVERY_S
         next_ckpt = t0 + rt.config.checkpoint_every_s
-        delay_total, delays, pending_delay = 0.0, 0, 0.0
+        delays = DelayTally()
         status = "succeeded"
         for i in range(first, job.iterations):
             stop = link.stop_requested(job_id, spec.placement)
@@ -254,10 +261,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
             except RunStopped as stopped:
                 status = stopped.status
                 break
-            if delay > 0:
-                delay_total += delay
-                delays += 1
-                pending_delay += delay
+            delays.add(delay)
             job.run_iteration(i, marks)
             now = time.monotonic()
             if now >= next_ckpt and i + 1 < job.iterations:
@@ -270,19 +274,14 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
                 link.emit("job_progress", **{**job.metrics(), "job": job_id, "placement": spec.placement,
                                              "iteration": i + 1, "iterations": job.iterations,
                                              "iterations_per_s": round((i + 1 - first) / (now - t0), 4)})
-                if pending_delay >= DELAY_REPORT_MIN_S:
-                    link.emit("job_delay", job=job_id, placement=spec.placement, iteration=i,
-                              delay_s=round(pending_delay, 4), reason="coordinator gate (time shift)")
-                    pending_delay = 0.0
-        if pending_delay >= DELAY_REPORT_MIN_S:
-            link.emit("job_delay", job=job_id, placement=spec.placement, iteration=state.iteration,
-                      delay_s=round(pending_delay, 4), reason="coordinator gate (time shift)")
+                _report_delays(link, spec, i, delays.report())
+        _report_delays(link, spec, state.iteration, delays.report(final=True))
         train_s = time.monotonic() - t0
         ran = job.iterations_done - first
         metrics = {**job.metrics(), **_stats(rt, job_id), "train_s": round(train_s, 3),
                    "wall_s": round(time.monotonic() - t_setup, 3), "resumed_from": first,
                    "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
-                   "delay_s": round(delay_total, 4), "delays": delays}
+                   **delays.metrics()}
         metrics.update(slowdown_metrics(spec, train_s, ran))
         state.phase = "done"
         if status == "aborted":

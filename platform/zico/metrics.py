@@ -20,7 +20,7 @@ import hmac
 import redis
 from django.conf import settings
 from django.db.models import Count, FloatField, IntegerField, OuterRef, Subquery, Sum
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 from django.db.models.fields.json import KT
 from django.http import HttpResponse
 from django.views.decorators.cache import never_cache
@@ -91,7 +91,8 @@ class ZicoCollector:
 
         delays = Event.objects.filter(kind=Event.Kind.DELAY)
         delay_count = CounterMetricFamily("zico_delays", "Iteration starts the coordinator held back.")
-        delay_count.add_metric([], delays.count())
+        # one Event per job run holds its totals (Note [Delays that count] in workers/gate.py)
+        delay_count.add_metric([], delays.aggregate(n=Sum(Coalesce(Cast(KT("details__delays"), IntegerField()), 1)))["n"] or 0)
         yield delay_count
         delay_s = CounterMetricFamily("zico_delay_seconds", "Seconds of delay the coordinator imposed.")
         delay_s.add_metric([], delays.aggregate(s=Sum(Cast(KT("details__delay_s"), FloatField())))["s"] or 0.0)

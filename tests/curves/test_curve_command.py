@@ -1,15 +1,12 @@
-"""``manage.py curve`` tests: the shared snapshots' summaries, JSON output, estimates and errors."""
+"""``manage.py curve`` tests: the real snapshots' summaries, JSON output, estimates and errors."""
 import json
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from placement.curves import load_curve
 from workers.curves.snapshot import snapshot_curve
-
-SNAPSHOTS = sorted(Path("/work/shared/data/torch-snapshots").glob("*.pickle"))
 
 
 def run(*args):
@@ -18,9 +15,8 @@ def run(*args):
     return out.getvalue()
 
 
-@pytest.mark.skipif(not SNAPSHOTS, reason="shared snapshots not present")
-@pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda p: p.name)
-def test_import_prints_peak_persistent_and_duration_and_writes_json(path, tmp_path):
+def test_import_prints_peak_persistent_and_duration_and_writes_json(real_snapshot, tmp_path):
+    path = real_snapshot
     target = tmp_path / "curve.json"
     text = run("import", str(path), "--json", str(target), "--points", "256")
     curve = snapshot_curve(path)
@@ -48,6 +44,17 @@ def test_estimate_takes_the_roofline_clock_on_request(settings, tmp_path):
     call_command("curve", "estimate", "digits-cnn", "-p", "batch_size=8", "--timing", "roofline", "--json", "-",
                  stdout=out, stderr=StringIO())
     assert not json.loads(out.getvalue())["meta"]["cost_model"].endswith("+measured-ops")
+
+
+def test_a_cuda_estimate_is_answered_from_the_cache_the_second_time_unless_no_cache(settings, tmp_path):
+    settings.ZICO_DATA_DIR, settings.VAR_DIR = tmp_path / "data", tmp_path / "var"
+    args = ("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0")
+    first, second, fresh = run(*args), run(*args), run(*args, "--no-cache")
+    assert "cache" not in first and "cache       hit " + str(tmp_path / "var" / "cache" / "estimates") in second
+    assert "cache" not in fresh
+    assert [line for line in first.splitlines() if line.startswith(("peak", "persistent", "iteration "))] == \
+        [line for line in second.splitlines() if line.startswith(("peak", "persistent", "iteration "))]
+    assert len(list((tmp_path / "var" / "cache" / "estimates").glob("*.json"))) == 1
 
 
 def test_list_shows_every_workload():

@@ -1,13 +1,11 @@
-"""Snapshot importer tests: the shared real snapshots, and a malformed/hostile-input suite."""
+"""Snapshot importer tests: the real snapshots in data/, and a malformed/hostile-input suite (hostile
+sizes: test_snapshot_limits.py)."""
 import pickle
-from pathlib import Path
 
 import pytest
 
 from workers.curves.snapshot import SnapshotError, live_bytes, load_snapshot, snapshot_curve
 
-SNAPSHOTS = Path("/work/shared/data/torch-snapshots")
-REAL = sorted(SNAPSHOTS.glob("*.pickle"))
 MiB = 1 << 20
 
 
@@ -29,9 +27,8 @@ def direct_peak(path):
     return peak, end_live
 
 
-@pytest.mark.skipif(not REAL, reason="shared snapshots not present")
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_real_snapshots_import_with_the_trace_peak(path):
+def test_real_snapshots_import_with_the_trace_peak(real_snapshot):
+    path = real_snapshot
     curve = snapshot_curve(path)
     peak, end_live = direct_peak(path)
     assert curve.source == "torch-snapshot"
@@ -84,10 +81,85 @@ def test_a_small_wellformed_snapshot_counts_memory_live_before_the_trace():
     (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, MiB, 5)]), "span no time"),
     (snapshot_bytes([ev("alloc", 0x1000, MiB, 1), ev("alloc", 0x1000 + MiB, MiB, 2)], blocks=()), "go negative"),
     (snapshot_bytes([["alloc", 1, 2]]), r"\[0\]: expected a dict"),
+    (snapshot_bytes([ev("alloc", 0x1000, 512, float("nan"))]), r"\[0\].time_us: nan is outside"),
+    (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 1 << 50, 1), ev("alloc", 0x1000 + 9 * MiB, 1 << 50, 2)]),
+     r"\[1\]: live bytes would change by more than 1,125,899,906,842,624 over the trace"),
+    (snapshot_bytes(GOOD, blocks=((0x1000, 1 << 50, "active_allocated"), (0x2000, 1 << 50, "active_allocated"))),
+     "segments: active blocks on device 0 hold 2,251,799,813,685,248 bytes"),
+    (snapshot_bytes([ev("alloc", 0x1000, 512, True)]), r"\[0\].time_us: expected a number of microseconds, got bool"),
+    (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 512, 2**62), ev("alloc", 0x1000 + 9 * MiB, 512, 2**62 + 1)]),
+     r"\[0\].time_us: 4611686018427387904 is outside \[0, 2\*\*53\]"),  # would round to one float64
 ])
 def test_malformed_snapshots_are_refused_with_a_message_naming_the_problem(data, message):
     with pytest.raises(SnapshotError, match=message):
         snapshot_curve(data)
+
+
+def repeating_events(times):
+    """Three identical iterations of 10 events each (see the period test below), at the given times."""
+    base, events = 0x1000 + 8 * MiB, []
+    for _ in range(3):
+        for action, off, size in [("alloc", 0, MiB), ("alloc", MiB, 2 * MiB), ("free_completed", MiB, 2 * MiB)] + \
+                [(a, 4 * MiB, 512) for a in ("alloc", "free_completed") * 3] + [("free_completed", 0, MiB)]:
+            events.append(ev(action, base + off, size, next(times)))
+    return events
+
+
+def with_annotations(notes):
+    snap = pickle.loads(snapshot_bytes(GOOD))
+    snap["external_annotations"] = notes
+    return pickle.dumps(snap)
+
+
+STEP = {"stage": "END", "name": "Optimizer.step#AdamW.step", "device": 0}
+HUGE = 10**400  # an integer float() cannot take
+# Each of these ended in a raw TypeError, OverflowError or IndexError before; now a message naming the field.
+MALFORMED_FIELDS = [
+    ("a list as action", snapshot_bytes(GOOD[:3] + [ev(["alloc"], 0x1000 + 20 * MiB, 512, 40)]),
+     "device_traces[0][3].action: expected a string, got list"),
+    ("a 10**400 time", snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 512, HUGE)]),
+     f"device_traces[0][0].time_us: an integer of {HUGE.bit_length()} bits is outside [0, 2**53] microseconds"),
+    ("integer external_annotations", with_annotations(7), "external_annotations: expected a list, got int"),
+    ("a huge annotation time", with_annotations([{**STEP, "time_us": 15}, {**STEP, "time_us": HUGE}]),
+     f"external_annotations[1].time_us: an integer of {HUGE.bit_length()} bits is outside [0, 2**53] microseconds"),
+    ("equal first and last timestamps", snapshot_bytes(repeating_events(iter(lambda: 7, None))),
+     "device_traces[0]: the events of the repeating period of 10 events span no time (first and last event at "
+     "7 us); a curve needs a time window"),
+]
+
+
+@pytest.mark.parametrize("data, message", [c[1:] for c in MALFORMED_FIELDS], ids=[c[0] for c in MALFORMED_FIELDS])
+def test_a_malformed_field_is_named_in_the_error(data, message):
+    with pytest.raises(SnapshotError) as err:
+        snapshot_curve(data)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("data, message", [c[1:] for c in MALFORMED_FIELDS], ids=[c[0] for c in MALFORMED_FIELDS])
+def test_the_curve_command_shows_the_same_message_as_its_error(data, message, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(data)
+    with pytest.raises(CommandError) as err:
+        call_command("curve", "import", str(path))
+    assert str(err.value) == message
+
+
+def test_manage_py_prints_one_line_and_no_traceback_for_a_malformed_snapshot(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(MALFORMED_FIELDS[0][1])
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, str(root / "manage.py"), "curve", "import", str(path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == f"CommandError: {MALFORMED_FIELDS[0][2]}"
 
 
 def test_a_pickle_that_imports_os_is_refused_and_nothing_runs(tmp_path):
@@ -131,7 +203,7 @@ def test_a_repeating_trace_is_cut_to_one_period():
 def test_period_search_gives_up_after_its_comparison_budget():
     import numpy as np
 
-    from workers.curves.snapshot import find_period
+    from workers.curves.period import find_period
 
     period = np.array([4096] + [512, -512] * 40 + [-4096])  # 82 events, back to its level
     deltas = np.tile(period, 3)

@@ -84,6 +84,21 @@ def test_a_run_goes_running_then_succeeded_with_metrics_and_its_placement_ends(c
     assert moves[-2:] == ["running", "succeeded"]
 
 
+def test_a_runs_delay_reports_become_one_event_with_its_latest_totals(consumer, link, tenant, make_device, make_placed_job):
+    job, placement = make_placed_job(tenant, make_device())
+    link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)
+    link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=7, delays=2, delay_s=0.3, delay_max_s=0.2,
+              gate_wait_s=0.31, reason="coordinator gate (time shift)")
+    link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=30, delays=5, delay_s=1.1, delay_max_s=0.4,
+              gate_wait_s=1.12, reason="coordinator gate (time shift)")
+    link.flush()
+    drain(consumer)
+    events = list(Event.objects.filter(job=job, kind="delay"))
+    assert len(events) == 1
+    d = events[0].details
+    assert (d["delays"], d["delay_s"], d["delay_max_s"], d["iteration"]) == (5, 1.1, 0.4, 30)
+
+
 def test_a_failed_run_keeps_its_reason(consumer, link, tenant, make_device, make_placed_job):
     job, placement = make_placed_job(tenant, make_device())
     link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=5, pid=1)

@@ -110,6 +110,17 @@ def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(
     assert msgs.count("job_started") == 2 and msgs.count("job_finished") == 2
 
 
+def test_a_job_alone_with_a_curve_records_no_delays(worker, client, server):
+    from placement.curves import triangular_curve
+
+    curve = triangular_curve(1 << 20, 8 << 20, iteration_s=0.05).to_dict()
+    spec = {"workload": "digits-cnn", "params": {"iterations": 30}, "placement": 5, "curve": curve}
+    out = client.send_task("zico.device.run_job", args=[15, spec], queue=QUEUE).get(timeout=300)
+    assert out["status"] == "succeeded", out
+    assert out["metrics"]["delays"] == 0 and out["metrics"]["delay_s"] == 0.0
+    assert not [m for m in control(server) if m["msg"] == "job_delay" and m["job"] == 15]
+
+
 def test_a_finished_run_delivered_again_is_not_run_twice(worker, client, server):
     again = run(client, 11, "digits-cnn", {"iterations": 150}).get(timeout=120)
     assert again["status"] == "succeeded"

@@ -2,5 +2,7 @@
 
 - ``trace``: a short profiling run's allocator trace (plain records) -> curve;
 - ``estimate``: a CPU estimate with fake tensors (no real memory, no GPU);
-- ``snapshot``: import of a ``torch.cuda.memory._dump_snapshot`` pickle (restricted unpickler).
+- ``snapshot``: import of a ``torch.cuda.memory._dump_snapshot`` pickle, loaded through
+  ``pickle_guard`` (an opcode pre-pass that bounds memory and time, then a restricted unpickler);
+  ``period`` finds a trace's repeating iteration.
 """

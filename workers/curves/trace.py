@@ -21,7 +21,10 @@ allocation or free keeps its bytes and gets the mean of its fractions of the ite
 bytes on a time grid instead would smear a short peak that lands a little earlier or later in each
 iteration and report less than every iteration's peak. When the sequences differ (data-dependent
 shapes), the iteration with the highest peak is kept, conservatively. The persistent part is the
-mean of min(bytes at start, bytes at end) over the steady iterations.
+mean of min(bytes at start, bytes at end) over the steady iterations. The iteration time is the
+*median* of the steady iterations' durations: on a loaded machine one iteration may take several
+times the others (another process held the cores), and a mean would carry that into every plan
+made from the curve.
 """
 from __future__ import annotations
 
@@ -163,6 +166,6 @@ def trace_curve(trace: Trace, *, warmup: int = 1, source: str = "allocator-trace
         **(meta or {}),
     }
     persistent = float(np.mean([min(c.bytes[0], c.bytes[-1]) for c in curves]))
-    return MemoryCurve(fractions=fractions, bytes=chosen.bytes, iteration_s=float(np.mean(durations)),
+    return MemoryCurve(fractions=fractions, bytes=chosen.bytes, iteration_s=float(np.median(durations)),
                        persistent_bytes=min(persistent, chosen.peak_bytes), source=source, device=device,
                        meta=info)

@@ -38,9 +38,14 @@ class Snapshot:
     jobs: dict[int, Job] = field(default_factory=dict)              # ready job id -> row
     curves: dict[int, dict[str, Any]] = field(default_factory=dict)  # job id -> curve JSON
     unplaceable: list[tuple[Job, str]] = field(default_factory=list)  # (ready job, why it can never run)
+    # devices the policy does not see, (label, budget bytes, why): offline, draining, no budget, or running a
+    # job of unknown memory use; they name the device a waiting job needs (placement.reasons.unavailable_devices)
+    unavailable: list[tuple[str, float, str]] = field(default_factory=list)
 
 
-def _compute_share(curve: MemoryCurve) -> float:
+def compute_share(curve: MemoryCurve) -> float:
+    """The share of a device's compute the scheduler assumes ``curve``'s job takes: its
+    ``meta["compute_share"]`` when in (0, 1], else DEFAULT_COMPUTE_SHARE."""
     share = curve.meta.get("compute_share") if curve.meta else None
     if isinstance(share, (int, float)) and 0 < share <= 1:
         return float(share)
@@ -63,7 +68,7 @@ def _job_state(job: Job, c: _Curve) -> JobState | None:
     iterations = job.total_iterations or (job.params or {}).get("iterations") or 1
     return JobState(id=job.pk, tenant=job.tenant_id, curve=c.curve, submitted_s=job.created_at.timestamp(),
                     priority=job.priority, iterations=max(1, int(iterations)),
-                    compute_share=_compute_share(c.curve), curve_key=c.key)
+                    compute_share=compute_share(c.curve), curve_key=c.key)
 
 
 def _latest_curves(job_ids) -> dict[int, _Curve]:
@@ -106,6 +111,20 @@ def _usage(now) -> dict[int, float]:
     return usage
 
 
+def unavailable_reason(d: Device, blind: frozenset[int] | set[int] = frozenset()) -> str:
+    """Why no job may be placed on ``d`` now (words for a waiting reason: "offline", "draining", ...),
+    or ``""``; ``blind``: devices running a job whose curve is unusable."""
+    if d.node.status != Status.ONLINE:
+        return f"on a node that is {d.node.status}"
+    if d.status != Status.ONLINE:
+        return d.status
+    if d.budget_bytes <= 0:
+        return "given no budget"
+    if d.pk in blind:
+        return "running a job whose memory use is unknown"
+    return ""
+
+
 def take_snapshot(now=None) -> Snapshot:
     """Build the policy's view of the cluster from the database.
 
@@ -134,9 +153,12 @@ def take_snapshot(now=None) -> Snapshot:
         else:
             on_device.setdefault(dev_id, []).append(js)
     devices = []
-    all_budgets = list(Device.objects.values_list("budget_bytes", flat=True))
-    for d in Device.objects.filter(status=Status.ONLINE, budget_bytes__gt=0, node__status=Status.ONLINE).select_related("node"):
-        if d.pk in blind:
+    registered = list(Device.objects.select_related("node"))
+    all_budgets = [d.budget_bytes for d in registered]
+    for d in registered:
+        why = unavailable_reason(d, blind)
+        if why:
+            snap.unavailable.append((str(d), float(d.budget_bytes), why))
             continue
         snap.devices[d.pk] = d
         devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host,

@@ -134,11 +134,20 @@ def on_job_progress(msg: dict[str, Any], r) -> None:
 
 
 def on_job_delay(msg: dict[str, Any], r) -> None:
+    """A run's delay totals so far (workers.gate.DelayTally: Note [Delays that count]): one ``delay`` Event per
+    job and placement, created by the first report and updated in place by the later ones, so the log holds
+    one line per run with its count, total and largest delay."""
     job = _job(msg)
     if job is None or not _current_run(job, msg):
         return
-    Event.record(Event.Kind.DELAY, job=job, device=device_for(msg["device"]), iteration=msg.get("iteration"),
-                 delay_s=float(msg.get("delay_s", 0.0)), reason=str(msg.get("reason", ""))[:500])
+    details = {"placement": msg.get("placement"), "iteration": msg.get("iteration"),
+               "delays": int(msg.get("delays", 1)), "delay_s": float(msg.get("delay_s", 0.0)),
+               "delay_max_s": float(msg.get("delay_max_s", msg.get("delay_s", 0.0))),
+               "reason": str(msg.get("reason", ""))[:500]}
+    updated = Event.objects.filter(job=job, kind=Event.Kind.DELAY,
+                                   details__placement=details["placement"]).update(details=details)
+    if not updated:
+        Event.record(Event.Kind.DELAY, job=job, device=device_for(msg["device"]), **details)
 
 
 def on_job_finished(msg: dict[str, Any], r) -> None:

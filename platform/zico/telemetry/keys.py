@@ -51,7 +51,7 @@ EVENT_KINDS = (
     "worker_down",     # clean shutdown of a worker: device
     "job_started",     # job, device, placement, attempt, resumed_from (iteration)
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far)
-    "job_delay",       # job, device, iteration, delay_s, reason (imposed by the coordinator)
+    "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
     "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics
     "profile_done",    # job, device, curve (DESIGN contract) or error
     "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker

@@ -85,7 +85,7 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
         "peak_reserved_bytes": peak("peak_reserved_bytes", "reserved"),
         "delay_s": m.get("delay_s"), "slowdown": m.get("slowdown"),
         "solo_iteration_s": m.get("solo_iteration_s"), "mean_iteration_s": m.get("mean_iteration_s"),
-        "queue_position": position, "waiting_reason": getattr(job, "waiting_reason", "") or "",
+        "queue_position": position, "waiting_reason": job.waiting_reason or "",
         "failure_reason": job.failure_reason,
         "span": {"submitted": job.created_at.timestamp(),
                  "started": job.started_at.timestamp() if job.started_at else None,
@@ -132,7 +132,9 @@ def panel_context(user, job: Job) -> dict[str, Any]:
     placement = job.placements.select_related("device__node").order_by("-started_at").first()
     delay_events = job.events.filter(kind=Event.Kind.DELAY)
     delays = list(delay_events.order_by("-time")[:20])
-    total_delay = sum(float((d or {}).get("delay_s", 0) or 0) for d in delay_events.values_list("details", flat=True))
+    totals = [d or {} for d in delay_events.values_list("details", flat=True)]  # one event per run
+    total_delay = sum(float(d.get("delay_s", 0) or 0) for d in totals)
+    delay_count = sum(int(d.get("delays", 1) or 0) for d in totals)
     log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
     s = job_statuses([job])[0]
     return {
@@ -142,7 +144,7 @@ def panel_context(user, job: Job) -> dict[str, Any]:
         "plan_state": ("ended" if placement is None or not placement.is_active
                        else "ending" if job.status == S.CANCELLED
                        else "ended" if job.status in (S.SUCCEEDED, S.FAILED) else "active"),
-        "plan": _plan_view(user, job, placement), "delays": delays, "delay_count": delay_events.count(),
+        "plan": _plan_view(user, job, placement), "delays": delays, "delay_count": delay_count,
         "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(user, job),
     }

@@ -144,7 +144,9 @@ def _event_label(e: Event, visible_job_ids: set[int] | None) -> str:
     if e.kind == Event.Kind.BUDGET_CHANGE:
         return f"budget {bytes_h(d.get('old_bytes'))} → {bytes_h(d.get('new_bytes'))}"
     if e.kind == Event.Kind.DELAY:
-        return f"{job} delayed {float(d.get('delay_s', 0)):.2f} s"
+        n = int(d.get("delays", 1))
+        return (f"{job} delayed {n} time{'s' if n != 1 else ''}, {float(d.get('delay_s', 0)):.2f} s in all"
+                + (f" (longest {float(d['delay_max_s']):.2f} s)" if n > 1 and "delay_max_s" in d else ""))
     if e.kind == Event.Kind.PLACEMENT:
         return f"{job} placed"
     if e.kind == Event.Kind.OOM_PREVENTED:
