@@ -16,6 +16,9 @@ Note [Stacking per-second points]
     keep each job's allocated bytes at that instant (``allocated_at_peak``; a job not sampled at exactly that
     ``t`` gets its sample nearest to it). Bands stacked from those values sum to what the device held at one
     instant, never more than the pool; the job's own maximum stays in ``allocated`` for its own chart.
+    Limit: the reporter reads each job's figures and then the pool's, one after another, so a tick's job
+    sum can pass the pool reading by what was allocated in between; the page builder scales such a second
+    down to the pool (``zico.web.timelines._clip_to_pool``).
 """
 from __future__ import annotations
 
