@@ -80,7 +80,7 @@ class Link:
 
     # -- samples (lossy, gap recorded) ------------------------------------------------------------
     def publish_samples(self, samples: Iterable[dict[str, Any]]) -> bool:
-        """Append samples to the telemetry stream and publish them live. Returns False if Redis was down.
+        """Append samples to the telemetry stream (the pages read it live). Returns False if Redis was down.
 
         Each sample is a dict with ``job`` (id or None for the device row), ``device``, ``t`` (unix s),
         ``allocated``/``reserved`` (bytes), ``iteration``, ``phase`` (and device rows ``device_used``,
@@ -94,9 +94,6 @@ class Link:
                 data = json.dumps(s)
                 pipe.xadd(keys.TELEMETRY_STREAM, {"data": data}, maxlen=keys.TELEMETRY_STREAM_MAXLEN,
                           approximate=True)
-                pipe.publish(keys.live_device_channel(self.device), data)
-                if s.get("job") is not None:
-                    pipe.publish(keys.live_job_channel(s["job"]), data)
             pipe.execute()
 
         return self._ok(write) if samples else True

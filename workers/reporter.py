@@ -4,7 +4,8 @@ Every ``SAMPLE_INTERVAL_S`` (0.2 s) it reads the shared allocator's ``memory_sta
 for the whole pool, plus the device's used memory (NVML ``memory.used`` for a GPU, the process RSS for the
 CPU pool), and publishes one sample per job and one device sample (``job: None``) through
 :class:`workers.link.Link`. Every ``HEARTBEAT_INTERVAL_S`` it refreshes the heartbeat, applies a budget the
-web side asked for, and flushes queued lifecycle messages. It never raises: telemetry must not stop training.
+web side asked for, reports the OOMs the budget rule prevented (Note [OOM prevented] in workers.oom_watch),
+and flushes queued lifecycle messages. It never raises: telemetry must not stop training.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from zico.telemetry import keys
 
 from .device import DeviceRuntime
 from .nvml import gpu_used_bytes, process_rss_bytes
+from .oom_watch import OomWatch
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class Reporter(threading.Thread):
         self.heartbeat_interval_s = heartbeat_interval_s
         self._stop_event = threading.Event()
         self.ticks = 0
+        self.oom_watch = OomWatch()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after a last flush of the outbox (so a clean shutdown loses no lifecycle message)."""

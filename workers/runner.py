@@ -135,6 +135,36 @@ def _stats(rt: DeviceRuntime, job_id: int) -> dict[str, int]:
             "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
 
 
+def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
+    """Measured and predicted slowdown on one definition (Note [Slowdown, predicted and measured] in
+    zico.web.job_panels): ``mean_iteration_s`` (train seconds / iterations, gate waits included) over
+    ``solo_iteration_s``, the iteration time of the curve the placement was planned with (``spec.curve``);
+    ``predicted_slowdown`` is this job's entry of the plan. Keys absent when unknown."""
+    out: dict[str, Any] = {}
+    if ran > 0 and train_s > 0:
+        out["mean_iteration_s"] = round(train_s / ran, 6)
+    solo_s = (spec.curve or {}).get("iteration_s")
+    if solo_s and "mean_iteration_s" in out:
+        out["solo_iteration_s"] = solo_s
+        out["slowdown"] = round((train_s / ran) / float(solo_s), 4)
+    ids, predicted = spec.plan.get("job_ids"), spec.plan.get("predicted_slowdown")
+    if isinstance(ids, list) and isinstance(predicted, list) and len(ids) == len(predicted) and spec.job in ids:
+        out["predicted_slowdown"] = predicted[ids.index(spec.job)]
+    return out
+
+
+def _release_cache_if_idle(rt: DeviceRuntime) -> None:
+    """Return the pool's cached segments to the device once no job runs on it, so an idle device reads
+    as idle (reserved 0) on the cluster page instead of holding the last jobs' cache."""
+    empty_cache = getattr(rt.allocator, "empty_cache", None)
+    if empty_cache is None or rt.jobs():
+        return
+    try:
+        empty_cache(device=rt.alloc_device)
+    except Exception:  # best effort: the cache is released on the next job's demand anyway
+        log.exception("empty_cache failed on %s", rt.device)
+
+
 def _oom_reason(rt: DeviceRuntime) -> str:
     last_oom = getattr(rt.allocator, "last_oom", None)
     try:
@@ -177,6 +207,7 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     finally:
         gate.leave(job_id)
         rt.remove_job(job_id)
+        _release_cache_if_idle(rt)
     if outcome["status"] != "aborted":
         link.emit("job_finished", job=job_id, placement=spec.placement, status=outcome["status"],
                   reason=outcome.get("reason", ""), metrics=outcome.get("metrics", {}))
@@ -241,7 +272,8 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
                 link.emit("job_progress", **{**job.metrics(), "job": job_id, "placement": spec.placement,
-                                             "iteration": i + 1, "iterations": job.iterations})
+                                             "iteration": i + 1, "iterations": job.iterations,
+                                             "iterations_per_s": round((i + 1 - first) / (now - t0), 4)})
                 _report_delays(link, spec, i, delays.report())
         _report_delays(link, spec, state.iteration, delays.report(final=True))
         train_s = time.monotonic() - t0
@@ -250,10 +282,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
                    "wall_s": round(time.monotonic() - t_setup, 3), "resumed_from": first,
                    "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
                    **delays.metrics()}
-        solo_s = (spec.curve or {}).get("iteration_s")
-        if solo_s and ran > 0:
-            metrics["solo_iteration_s"] = solo_s
-            metrics["slowdown"] = round((train_s / ran) / float(solo_s), 4)
+        metrics.update(slowdown_metrics(spec, train_s, ran))
         state.phase = "done"
         if status == "aborted":
             return {"status": "aborted", "metrics": metrics}

@@ -32,11 +32,19 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
 from .curves import MemoryCurve
 from .gating import Commitment, least_delay_s
+
+# Note [Bounded delay records]
+# The coordinator records every delay it imposes, for the simulator's statistics and for tests. A live
+# worker never drains them (it reports delays itself, workers/runner.py), and a long run of jobs that
+# wait at every iteration would grow an unbounded list: the records are a ring of the newest
+# DELAY_RECORDS_MAX (a few hundred kB), and ``delays_recorded`` / ``delay_ms_total`` count them all.
+DELAY_RECORDS_MAX = 4096
 
 # Default bins per shortest iteration for gating decisions (see Note [Gating rule]).
 DEFAULT_RESOLUTION = 256
@@ -106,7 +114,10 @@ class Coordinator:
         self._resolution = int(resolution)
         self._jobs: dict[Hashable, _JobState] = {}
         self._cond = threading.Condition()
-        self.delays: list[DelayRecord] = []
+        # Note [Bounded delay records]: the newest DELAY_RECORDS_MAX records, plus running totals.
+        self.delays: deque[DelayRecord] = deque(maxlen=DELAY_RECORDS_MAX)
+        self.delays_recorded = 0
+        self.delay_ms_total = 0.0
 
     # -- membership and settings ------------------------------------------------------
     def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None,
@@ -202,10 +213,11 @@ class Coordinator:
             self._cond.notify_all()
 
     def drain_delays(self) -> list[DelayRecord]:
-        """The delays recorded since the last drain (oldest first), removed from :attr:`delays`
-        (the worker's reporter publishes them; a long run keeps no unbounded list)."""
+        """The delays recorded since the last drain (oldest first, at most ``DELAY_RECORDS_MAX``), removed
+        from :attr:`delays`; the totals ``delays_recorded`` and ``delay_ms_total`` keep counting."""
         with self._cond:
-            out, self.delays = self.delays, []
+            out = list(self.delays)
+            self.delays.clear()
             return out
 
     def snapshot(self) -> dict:
@@ -236,6 +248,8 @@ class Coordinator:
             waited = now - st.requested_at
             if st.first_reason != "none":
                 self.delays.append(DelayRecord(job_id, st.iterations_started, waited * 1000.0, st.first_reason, now))
+                self.delays_recorded += 1
+                self.delay_ms_total += waited * 1000.0
             st.in_flight, st.fraction, st.reported_at, st.loaded = True, 0.0, now, True
             st.iterations_started += 1
             st.requested_at, st.first_reason = None, ""

@@ -103,8 +103,10 @@ class ZicoCollector:
         active = GaugeMetricFamily("zico_placements_active", "Placements currently open.")
         active.add_metric([], Placement.objects.active().count())
         yield active
-        ooms = CounterMetricFamily("zico_oom_prevented", "Allocations the budget rule held back or refused.")
-        ooms.add_metric([], Event.objects.filter(kind=Event.Kind.OOM_PREVENTED).count())
+        ooms = CounterMetricFamily("zico_oom_prevented", "Allocations that waited for the budget and then "
+                                   "succeeded (Note [OOM prevented] in workers/oom_watch.py).")
+        prevented = Event.objects.filter(kind=Event.Kind.OOM_PREVENTED)
+        ooms.add_metric([], prevented.aggregate(n=Sum(Cast(KT("details__count"), IntegerField())))["n"] or 0)
         yield ooms
         queue = GaugeMetricFamily("zico_queue_length", "Jobs waiting to be placed (queued, profiling, ready).")
         queue.add_metric([], Job.objects.filter(status__in=WAITING).count())

@@ -50,3 +50,28 @@ def test_two_api_jobs_share_the_device_and_succeed_within_its_budget(stack, wait
     points = TimelinePoint.objects.filter(device=device, job__isnull=True)
     assert points.count() > 5
     assert points.aggregate(m=Max("reserved_bytes"))["m"] <= device.budget_bytes
+    # the figures the pages show come from the run itself (issue 16): per-job peaks from the allocator,
+    # slowdown measured against the planned curve's solo iteration time beside the plan's prediction
+    for j in jobs:
+        m = j.metrics
+        assert m["peak_allocated_bytes"] > 0 and m["peak_reserved_bytes"] >= 0
+        assert m["slowdown"] == pytest.approx(m["mean_iteration_s"] / m["solo_iteration_s"], rel=1e-3)
+        assert "predicted_slowdown" in m
+    # the device chart's stored bands never sum above the pool's allocated bytes. The reporter reads the jobs'
+    # and the pool's figures one after another, so a tick's job sum can pass the pool reading by what was
+    # allocated in between; the page builder scales such a second down (timelines._clip_to_pool)
+    from zico.web import timelines
+    jobs_rows = timelines._stored(TimelinePoint.objects.filter(device=device, job__isnull=False), 0, 600,
+                                  ("allocated_at_peak_bytes",))
+    for r in jobs_rows:
+        r["stacked"] = r.pop("allocated_at_peak_bytes")
+    pool_rows = timelines._stored(points, 0, 600, ("allocated_bytes",))
+    timelines._clip_to_pool(jobs_rows, pool_rows)
+    per_second: dict = {}
+    for r in jobs_rows:
+        per_second[r["second"]] = per_second.get(r["second"], 0) + (r["stacked"] or 0)
+    pool = {r["second"]: r["allocated_bytes"] for r in pool_rows}
+    assert per_second and all(total <= pool[s] for s, total in per_second.items() if s in pool)
+    # idle means idle: once both jobs ended the worker returned the pool's cache
+    waiter(lambda: TimelinePoint.objects.filter(device=device, job__isnull=True).order_by("-second")
+           .values_list("reserved_bytes", flat=True).first() == 0, 30, "the idle device's pool to hold nothing")

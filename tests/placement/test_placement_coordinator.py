@@ -49,7 +49,7 @@ def test_a_job_that_fits_starts_at_once_and_leaves_no_record():
     clock = Clock()
     coord = _pair(2 * P, clock)
     assert coord.request_start("a").admit and coord.request_start("b").admit
-    assert coord.delays == []
+    assert list(coord.delays) == [] and coord.delays_recorded == 0
 
 
 def test_asking_twice_for_the_same_iteration_is_an_error():
@@ -78,7 +78,7 @@ def test_a_job_that_never_fits_runs_alone_once_nothing_is_in_flight():
     coord.end_iteration("a")
     d = coord.request_start("b")                   # nothing in flight: b runs alone
     assert d.admit and d.reason == "alone"
-    assert [(r.job_id, r.reason) for r in coord.delays] == [("b", "infeasible")]
+    assert [(r.job_id, r.reason) for r in list(coord.delays)] == [("b", "infeasible")]
     assert coord.delays[0].delay_ms == pytest.approx(500.0)
     assert coord.request_start("a").reason == "infeasible"   # and a waits for b in turn
 
@@ -177,3 +177,33 @@ def test_worker_threads_block_until_their_gate_opens():
     first = sorted([starts["a"][0], starts["b"][0]])
     assert first[1] - first[0] >= 0.015
     assert any(r.reason == "budget" for r in coord.delays)
+
+
+def _alternate(coord, clock, rounds):
+    """Two jobs under a budget for one at a time: every round one waits 0.25 s for the other."""
+    for i in range(rounds):
+        first, other = ("a", "b") if i % 2 == 0 else ("b", "a")
+        assert coord.request_start(first).admit
+        assert not coord.request_start(other).admit
+        clock.t += 0.25
+        coord.end_iteration(first)
+        assert coord.request_start(other).admit
+        coord.end_iteration(other)
+
+
+def test_delay_records_are_a_bounded_ring_with_running_totals(monkeypatch):
+    import placement.coordinator as coordinator_module
+    full_clock = Clock()
+    full = _pair(P, full_clock)  # the default cap: keeps every record of this short run
+    _alternate(full, full_clock, 6)
+    monkeypatch.setattr(coordinator_module, "DELAY_RECORDS_MAX", 3)
+    clock = Clock()
+    coord = _pair(P, clock)
+    _alternate(coord, clock, 6)
+    everything = full.drain_delays()
+    assert len(everything) > 3 and sum(r.delay_ms >= 249 for r in everything) == 6
+    assert len(coord.delays) == 3
+    assert coord.delays_recorded == len(everything) == full.delays_recorded
+    assert coord.delay_ms_total == pytest.approx(sum(r.delay_ms for r in everything))
+    assert coord.drain_delays() == everything[-3:]
+    assert coord.delays_recorded == len(everything)  # draining keeps the totals

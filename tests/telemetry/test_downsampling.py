@@ -57,3 +57,23 @@ def test_malformed_samples_are_counted_and_skipped():
     assert d.rejected == 2
     assert "t" in d.last_error or "malformed" in d.last_error
     assert [p.second for p in d.flush(now=10)] == [3]
+
+
+def test_stacked_values_are_the_jobs_bytes_at_the_devices_peak_instant():
+    # one second of a handover: job 1 frees 300 at .4, job 2 takes 230 at .6 (each tick shares one t)
+    d = Downsampler(lag_s=0.0)
+    for k, (a, b) in enumerate([(300, 0), (300, 0), (0, 0), (0, 230), (0, 230)]):
+        t = 10 + k * 0.2
+        d.add([_s(t, job=1, allocated=a), _s(t, job=2, allocated=b), _s(t, job=None, allocated=a + b)])
+    out = {p.job: p for p in d.flush(now=100)}
+    assert (out[1].allocated, out[2].allocated) == (300, 230)            # each job's own maximum
+    assert (out[1].allocated_at_peak, out[2].allocated_at_peak) == (300, 0)
+    assert out[1].allocated_at_peak + out[2].allocated_at_peak <= out[None].allocated
+
+
+def test_without_a_device_row_the_peak_instant_is_where_the_jobs_sum_is_largest():
+    d = Downsampler(lag_s=0.0)
+    d.add([_s(5.0, job=1, allocated=100), _s(5.0, job=2, allocated=10),
+           _s(5.5, job=1, allocated=0), _s(5.5, job=2, allocated=90)])
+    out = {p.job: p.allocated_at_peak for p in d.flush(now=100)}
+    assert out == {1: 100, 2: 10}

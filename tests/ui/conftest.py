@@ -60,7 +60,6 @@ def _publish(r, *, job: int | None, device: str, t: float | None = None, allocat
               "reserved": reserved, "iteration": iteration, "phase": "forward", **extra}
     data = json.dumps(sample)
     entry = r.xadd(keys.TELEMETRY_STREAM, {"data": data})
-    r.publish(keys.live_device_channel(device), data)
     return entry
 
 

@@ -70,8 +70,8 @@ def test_device_timeline_shows_a_live_sample_within_two_seconds(page, sign_in, p
         const opt = echarts.getInstanceByDom(document.getElementById('device-chart')).getOption();
         return opt.series.map(s => [s.name, s.data.length ? s.data[s.data.length - 1][1] : null]);
     }""")
-    assert ["acme-secret-model", 29] in drawn and ["Pool reserved", 41] in drawn   # plotted in GiB
-    assert not any(name == "rival-secret-model" for name, _ in drawn)
+    assert [f"#{cluster.acme_job.pk} acme-secret-model", 29] in drawn and ["Pool reserved", 41] in drawn  # GiB
+    assert not any(name.endswith("rival-secret-model") for name, _ in drawn)
     print(f"live sample reached the page {latency:.2f} s after it was published")
 
 
@@ -84,7 +84,8 @@ def test_job_page_shows_stored_data_and_a_notice_when_redis_is_down(page, sign_i
     expect(page.locator("#live-notice")).to_contain_text("Live data is unavailable")
     expect(page.locator("#live-state")).to_have_text("Stored data only")
     page.get_by_label("Time range").select_option("300")
-    expect(page.locator('#job-summary dd[data-k="peak_bytes"]')).to_have_text("12.00 GiB")
+    expect(page.locator('#job-summary dd[data-k="peak_reserved_bytes"]')).to_have_text("12.00 GiB")
+    expect(page.locator('#job-summary dd[data-k="peak_allocated_bytes"]')).to_have_text("10.00 GiB")
     page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
                            ".getOption().series[0].data.length === 30")   # one stored point per second
 
@@ -103,4 +104,4 @@ def test_job_page_follows_live_samples_then_says_so_when_redis_goes_away(page, s
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"   # Redis goes away while the page is open
     expect(page.locator("#live-notice")).to_be_visible(timeout=3000)
-    expect(summary.locator('dd[data-k="peak_bytes"]')).to_have_text("13.00 GiB")   # what it had still shows
+    expect(summary.locator('dd[data-k="peak_reserved_bytes"]')).to_have_text("13.00 GiB")   # what it had still shows

@@ -5,6 +5,7 @@ from django.test.utils import CaptureQueriesContext
 
 from zico.cluster.models import Device
 from zico.jobs.models import Job
+from zico.telemetry.models import TimelinePoint
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +24,7 @@ def test_pages_redirect_signed_out_users_to_sign_in(client):
 def test_job_list_shows_status_progress_and_peak(cluster, client_for, personas):
     j = cluster.acme_job
     Job.objects.filter(pk=j.pk).update(progress_iteration=125, metrics={"iterations_per_s": 4.5,
-                                                                        "peak_bytes": 3 * (1 << 30)})
+                                                                        "peak_allocated_bytes": 3 * (1 << 30)})
     html = client_for(personas.owner).get("/").content.decode()
     assert "acme-secret-model" in html
     assert "125 / 500 iterations" in html
@@ -40,11 +41,25 @@ def test_job_detail_shows_curve_plan_delays_and_log(cluster, client_for, persona
     assert "Cancel job" in html
 
 
-def test_cluster_overview_shows_used_versus_budget(cluster, client_for, personas):
+def test_cluster_overview_shows_allocated_and_reserved_versus_budget(cluster, client_for, personas):
     html = client_for(personas.owner).get("/cluster/").content.decode()
     assert "NVIDIA H100 80GB HBM3" in html
-    assert "20.00 GiB" in html and "72.00 GiB" in html              # stored pool reserved vs budget
-    assert "<dt>Of budget</dt><dd>28%</dd>" in html
+    assert '<dd data-field="allocated">16.00 GiB</dd>' in html       # stored pool allocated
+    assert '<dd data-field="reserved">20.00 GiB</dd>' in html        # stored pool reserved (allocated + cache)
+    assert "72.00 GiB" in html                                      # the budget
+    assert '<dd data-field="of-budget">22%</dd>' in html             # allocated of budget, not reserved
+    assert 'data-field="idle"' not in html                          # two jobs are placed on it
+
+
+def test_cluster_overview_shows_an_idle_device_as_idle(cluster, client_for, personas):
+    from datetime import timedelta
+    from django.utils import timezone
+    cluster.placement.end("test: jobs done")
+    TimelinePoint.objects.filter(device=cluster.device).update(time=timezone.now() - timedelta(minutes=5))
+    html = client_for(personas.owner).get("/cluster/").content.decode()
+    assert 'data-field="idle"' in html
+    assert '<dd data-field="allocated">—</dd>' in html and '<dd data-field="reserved">—</dd>' in html
+    assert "No memory reading for 5" in html                        # a 5-minute-old reading is not "now"
 
 
 def test_owner_cancels_a_running_job(cluster, client_for, personas):

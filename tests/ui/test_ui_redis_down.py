@@ -10,7 +10,8 @@ def test_job_memory_falls_back_to_stored_points(cluster, client_for, personas, s
     settings.REDIS_URL = DEAD_REDIS
     d = client_for(personas.owner).get(f"/data/jobs/{cluster.acme_job.pk}/memory.json", {"window": 300}).json()
     assert d["live"]["ok"] is False
-    assert len(d["points"]) == 30 and d["summary"]["peak_bytes"] == 12 * (1 << 30)
+    assert len(d["points"]) == 30 and d["summary"]["peak_reserved_bytes"] == 12 * (1 << 30)
+    assert d["summary"]["peak_allocated_bytes"] == 10 * (1 << 30)
 
 
 def test_device_timeline_falls_back_to_stored_points(cluster, client_for, personas, settings):

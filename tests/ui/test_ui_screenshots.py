@@ -83,11 +83,14 @@ def build_cluster(p, publish, now: float):
     rows = []
     for s in range(int(now) - 900, int(now)):  # the consumer stores every second; live samples overlay the last 2 min
         when = _dt(s)
-        # the pool point is the largest sum within the second, as the control consumer stores it
-        total_a = max(sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5))
+        # as the control consumer stores it: the pool point is the largest sum within the second, each job's
+        # point its own largest bytes plus its bytes at that peak instant (Note [Stacking per-second points])
+        sums = [sum(bytes_at(s + k / 5, pers, peak, shift) for _, pers, peak, shift in jobs) for k in range(5)]
+        total_a, k_peak = max(sums), sums.index(max(sums))
         for j, pers, peak, shift in jobs:
             a = max(bytes_at(s + k / 5, pers, peak, shift) for k in range(5))
             rows.append(TimelinePoint(device=dev, job=j, second=s, time=when, allocated_bytes=a,
+                                      allocated_at_peak_bytes=bytes_at(s + k_peak / 5, pers, peak, shift),
                                       reserved_bytes=a + GIB, iteration=int((s - now + 900) / PERIOD_S)))
         budget = 80 * GIB if s < now - 610 else 72 * GIB
         rows.append(TimelinePoint(device=dev, job=None, second=s, time=when, allocated_bytes=total_a,
@@ -104,9 +107,9 @@ def build_cluster(p, publish, now: float):
                     iteration=int((t - now + 900) / PERIOD_S))
         publish(job=None, device=key, t=t, allocated=total, reserved=total + 4 * GIB, budget=72 * GIB)
     Job.objects.filter(pk=jobs[0][0].pk).update(progress_iteration=3120, metrics={
-        "iterations_per_s": 0.25, "peak_bytes": 27 * GIB, "delay_s": 0.0})
+        "iterations_per_s": 0.25, "peak_allocated_bytes": 27 * GIB, "delay_s": 0.0})
     Job.objects.filter(pk=jobs[1][0].pk).update(progress_iteration=1875, metrics={
-        "iterations_per_s": 0.24, "peak_bytes": 25 * GIB, "delay_s": 1.9})
+        "iterations_per_s": 0.24, "peak_allocated_bytes": 25 * GIB, "delay_s": 1.9})
     return dev, jobs
 
 
@@ -114,7 +117,7 @@ def more_jobs(p):
     done = submit_job(tenant=p.tenant, owner=p.owner, workload="digits-cnn", params={}, name="digits-baseline")
     for to in ("ready", "placed", "running"):
         done.transition(to)
-    done.transition("succeeded", metrics={"iterations_per_s": 41.3, "peak_bytes": 310 * (1 << 20)})
+    done.transition("succeeded", metrics={"iterations_per_s": 41.3, "peak_allocated_bytes": 310 * (1 << 20)})
     Job.objects.filter(pk=done.pk).update(progress_iteration=150)
     failed = submit_job(tenant=p.tenant, owner=p.teammate, workload="resnet18", params={"batch_size": 512},
                         name="resnet18-sweep-3")
@@ -196,4 +199,115 @@ def test_every_page_renders_in_the_browser_and_is_captured(page, sign_in, person
     page.wait_for_timeout(300)
     shot("device-timeline")
     for name in ("jobs", "submit", "submit-errors", "job-detail", "device-timeline", "cluster", "tenant"):
+        assert (out / f"{name}.png").stat().st_size > 10_000, name
+
+
+MIB = 1 << 20
+
+
+def _handover_at(t: float, shift: float) -> int:
+    """A small job's memory: 40 MiB persistent, up to 180 MiB through its forward pass, freed at its end."""
+    f = ((t - shift) % PERIOD_S) / PERIOD_S
+    return int((40 + 140 * (f / 0.5)) * MIB) if f < 0.5 else int(40 * MIB)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_path, settings, rdb):
+    """Screenshots of a job page during and after its run, and of a device timeline where a co-located pair
+    hands memory over (each job's forward pass while the other's activations are freed). Telemetry and
+    lifecycle messages go through the worker's Link, Redis and the control consumer."""
+    from workers.link import Link
+    from zico.telemetry.consumer import ControlConsumer
+
+    p = personas
+    rdb.delete(keys.CONTROL_STREAM)  # rdb empties the telemetry stream: nothing of an earlier run shows
+    node = Node.objects.create(host="node-b")
+    dev = Device.objects.create(node=node, index=0, kind="gpu", name="NVIDIA H200", uuid="GPU-shot-b0",
+                                total_bytes=342 * MIB, budget_bytes=342 * MIB)
+    key = keys.device_key("gpu", "node-b", 0)
+    now = time.time()
+    Device.objects.filter(pk=dev.pk).update(created_at=_dt(now - 3600))
+    link, consumer = Link(settings.REDIS_URL, key), ControlConsumer(settings.REDIS_URL, name="shots", block_ms=20)
+
+    def drain():
+        link.flush()
+        for _ in range(4):
+            consumer.step()
+
+    points = [[i / 40, _handover_at(i / 40 * PERIOD_S, 0)] for i in range(41)]
+    curve = {"version": 1, "source": "allocator-trace", "device": "cuda:0", "iteration_s": PERIOD_S,
+             "persistent_bytes": 40 * MIB, "peak_bytes": max(b for _, b in points), "points": points}
+    pair = []
+    for name, shift in (("cnn-a", 0.0), ("cnn-b", PERIOD_S / 2)):
+        j = submit_job(tenant=p.tenant, owner=p.owner, workload="digits-cnn", params={"iterations": 60}, name=name)
+        Job.objects.filter(pk=j.pk).update(created_at=_dt(now - 100))
+        j.refresh_from_db()
+        j.transition("profiling")
+        link.emit("profile_done", job=j.pk, curve=curve)
+        pair.append((j, shift))
+    drain()
+    placement = Placement.objects.create(device=dev, plan={
+        "job_ids": [j.pk for j, _ in pair], "mode": "shift", "shifts_s": [s for _, s in pair],
+        "predicted_slowdown": [1.0, 1.0], "budget_bytes": 342 * MIB, "predicted_peak_bytes": 220 * MIB,
+        "sum_of_peaks_bytes": 360 * MIB})
+    placement.jobs.set([j for j, _ in pair])
+    for j, _ in pair:
+        j.refresh_from_db()
+        j.transition("placed", device=dev)
+        link.emit("job_started", job=j.pk, placement=placement.pk, resumed_from=0, iterations=60)
+    drain()
+    Event.objects.filter(job__in=[j for j, _ in pair]).update(time=_dt(now - 95))
+    # 90 s of reporter ticks at 5 Hz: both jobs and the device row share each tick's t
+    for k in range(450):
+        t = now - 90 + k * 0.2
+        per_job = {j.pk: _handover_at(t, shift) for j, shift in pair}
+        link.publish_samples([*({"job": jid, "device": key, "t": t, "allocated": a, "reserved": 0 if jid == pair[1][0].pk else 160 * MIB,
+                                 "iteration": int((t - now + 90) / PERIOD_S), "phase": "forward"} for jid, a in per_job.items()),
+                              {"job": None, "device": key, "t": t, "allocated": sum(per_job.values()),
+                               "reserved": 268 * MIB, "device_used": 300 * MIB, "budget": 342 * MIB}])
+    for j, _ in pair:
+        link.emit("job_progress", job=j.pk, placement=placement.pk, iteration=22, iterations=60, iterations_per_s=0.25)
+    drain()
+    consumer._store(consumer.downsampler.flush(time.time() + 10))
+    out = out_dir(tmp_path)
+    sign_in(p.owner)
+    first = pair[0][0]
+    page.goto(f"/jobs/{first.pk}/")
+    expect(page.locator("#live-state")).to_have_text("Live")
+    expect(page.locator("#stat-throughput")).to_contain_text("0.25")
+    expect(page.locator("#curve-chart")).to_be_visible()
+    page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
+                           ".getOption().series[0].data.length > 400")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(out / "job-running.png"), full_page=True)
+
+    link.emit("job_finished", job=first.pk, placement=placement.pk, status="succeeded", reason="",
+              metrics={"iterations_done": 60, "iterations_per_s": 0.24, "peak_allocated_bytes": 180 * MIB,
+                       "peak_reserved_bytes": 160 * MIB, "mean_iteration_s": 4.2, "solo_iteration_s": PERIOD_S,
+                       "slowdown": 1.05, "predicted_slowdown": 1.0})
+    drain()
+    expect(page.locator("#job-status")).to_have_text("succeeded", timeout=5000)
+    expect(page.locator("#panel-plan .tag")).to_have_text("ended")  # for this job, though its partner still runs
+    expect(page.locator('#job-summary dd[data-k="current_allocated_bytes"]')).to_have_text("—")  # not "now"
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(out / "job-finished.png"), full_page=True)
+
+    page.goto(f"/devices/{dev.pk}/")
+    page.get_by_role("button", name="5 min", exact=True).click()
+    expect(page.locator("#live-state")).to_have_text("Live")
+    expect(page.locator("#device-legend button")).to_have_count(5)  # Budget, Pool, Delays and the pair
+    page.evaluate("""() => echarts.getInstanceByDom(document.getElementById('device-chart'))
+        .dispatchAction({type: 'dataZoom', startValue: (Date.now() / 1000 - 25) * 1000 })""")  # the last ~20 s
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(out / "device-handover.png"), full_page=True)
+    drawn = page.evaluate("""() => {
+        const o = echarts.getInstanceByDom(document.getElementById('device-chart')).getOption();
+        const bands = o.series.filter(s => s.id.startsWith('job-'));
+        let worst = 0;
+        for (let i = 0; i < bands[0].data.length; i++) worst = Math.max(worst, bands.reduce((m, s) => m + s.data[i][1], 0));
+        return worst;
+    }""")
+    assert drawn <= 268 + 1e-6   # MiB: the stacked pair never reaches above what the pool held
+    for name in ("job-running", "job-finished", "device-handover"):
         assert (out / f"{name}.png").stat().st_size > 10_000, name

@@ -23,14 +23,25 @@
     return { name: "GiB", div: 2 ** 30 };
   }
 
+  // Every axis is named with its unit (issue 16): memory in the chart's binary unit, time as local clock time.
+  const AXIS_NAME = { color: "#5f6b82", fontSize: 11 };
   function bytesAxis(unit) {
-    return Object.assign({ type: "value", min: 0, axisLabel: { color: "#5f6b82", fontSize: 11,
+    return Object.assign({ type: "value", min: 0, name: `memory (${unit.name})`, nameTextStyle: AXIS_NAME,
+      nameLocation: "end", nameGap: 10, axisLabel: { color: "#5f6b82", fontSize: 11,
       formatter: v => `${+v.toFixed(2)} ${unit.name}` } }, { axisLine: AXIS.axisLine, splitLine: AXIS.splitLine });
   }
 
   function timeAxis() {
-    return Object.assign({ type: "time", axisLabel: { color: "#5f6b82", fontSize: 11, hideOverlap: true,
+    return Object.assign({ type: "time", name: "time (local, h:min:s)", nameLocation: "middle", nameGap: 26,
+      nameTextStyle: AXIS_NAME, axisLabel: { color: "#5f6b82", fontSize: 11, hideOverlap: true,
       formatter: v => Z.clock(v) } }, { axisLine: AXIS.axisLine, splitLine: { show: false } });
+  }
+
+  // A job's colour depends only on its id (golden-angle hues), so it is the same in every time range and
+  // on every page, and 20 jobs get 20 distinguishable colours.
+  function jobColor(id) {
+    const hue = (Number(id) * 137.508) % 360;
+    return `hsl(${hue.toFixed(1)}, 62%, 52%)`;
   }
 
   function tooltip(unit) {
@@ -58,23 +69,24 @@
     let unit = unitFor(budget || 0);
     chart.setOption({
       color: ["#6366f1", "#0f766e", "#94a3b8"], animation: false,
-      grid: { left: 70, right: 20, top: 36, bottom: 56 },
+      grid: { left: 70, right: 20, top: 44, bottom: 76 },
       legend: { top: 0, left: 0, icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
       tooltip: tooltip(unit), xAxis: timeAxis(), yAxis: bytesAxis(unit),
-      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
+      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 6, borderColor: "#e4e7ef", showDetail: false }],
       series: [
         { name: "Allocated", type: "line", showSymbol: false, sampling: "lttb", lineStyle: { width: 1.6 },
           areaStyle: { color: new echarts.graphic.LinearGradient(0, 0, 0, 1, [{ offset: 0, color: "rgba(99,102,241,.32)" }, { offset: 1, color: "rgba(99,102,241,.03)" }]) },
           data: [], markLine: budgetLine(budget, unit) },
-        { name: "Reserved", type: "line", step: "end", showSymbol: false, lineStyle: { width: 1, opacity: 0.8 }, data: [] },
+        { name: "Reserved by this job", type: "line", step: "end", showSymbol: false, lineStyle: { width: 1, opacity: 0.8 }, data: [] },
         { name: "Iteration start", type: "scatter", symbol: "triangle", symbolSize: 7, itemStyle: { color: "#94a3b8" },
           tooltip: { valueFormatter: null, formatter: p => `iteration ${p.data[2]}<br>${Z.clock(p.data[0])}` }, data: [] },
       ],
     });
     return {
       chart,
-      set(points, windowS) {
-        const now = Date.now(), from = now - windowS * 1000;
+      // `range` is [from_s, to_s] (the job's own span, or the last N seconds).
+      set(points, range) {
+        const from = range[0] * 1000, now = range[1] * 1000;
         const pts = points.filter(p => p[0] * 1000 >= from);
         unit = unitFor(Math.max(budget || 0, ...pts.map(p => p[2] || p[1] || 0)));
         const d = unit.div, marks = [];
@@ -96,9 +108,10 @@
     const chart = base(el);
     const T = curve.iteration_s, unit = unitFor(Math.max(curve.peak_bytes, budget || 0)), d = unit.div;
     chart.setOption({
-      color: ["#6366f1"], animation: false, grid: { left: 70, right: 20, top: 16, bottom: 36 },
+      color: ["#6366f1"], animation: false, grid: { left: 70, right: 20, top: 30, bottom: 44 },
       tooltip: Object.assign(tooltip(unit), { axisPointer: { type: "cross" } }),
-      xAxis: { type: "value", min: 0, max: T, name: "s", nameGap: 6, axisLabel: { color: "#5f6b82", fontSize: 11,
+      xAxis: { type: "value", min: 0, max: T, name: "time into the iteration (s)", nameLocation: "middle", nameGap: 24,
+               nameTextStyle: AXIS_NAME, axisLabel: { color: "#5f6b82", fontSize: 11,
                formatter: v => v.toFixed(T < 1 ? 2 : 1) }, axisLine: AXIS.axisLine, splitLine: { show: false } },
       yAxis: bytesAxis(unit),
       series: [{ name: "Held", type: "line", step: "start", showSymbol: false, lineStyle: { width: 1.6 },
@@ -111,15 +124,20 @@
     return chart;
   }
 
-  // A device's memory: one stacked band per job (allocated), the pool's reserved bytes, the budget line
-  // and event markers. ECharts stacks by data index, so every band is laid on the same time grid.
+  // A device's memory: one stacked band per job (allocated at the device's peak instant of each second, so
+  // the bands never sum above the pool), the pool's reserved bytes, the budget line and event markers.
+  // ECharts stacks by data index, so every band is laid on the same time grid. Series are named
+  // "#<id> <label>" (two jobs of one name keep two legend entries); the legend is the page's own list
+  // (device_timeline.js), so "Pool reserved" and "Budget" are never paged away by many jobs.
+  function jobSeriesName(id, job) { return `#${id} ${(job && job.label) || "job"}`; }
+
   function deviceTimeline(el) {
     const chart = base(el);
     chart.setOption({
-      animation: false, grid: { left: 76, right: 24, top: 44, bottom: 60 },
-      legend: { top: 0, left: 0, type: "scroll", icon: "roundRect", itemWidth: 12, itemHeight: 8, textStyle: { color: "#334155" } },
+      animation: false, grid: { left: 76, right: 24, top: 30, bottom: 76 },
+      legend: { show: false },
       tooltip: tooltip(unitFor(0)), xAxis: timeAxis(), yAxis: bytesAxis(unitFor(0)),
-      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 8, borderColor: "#e4e7ef", showDetail: false }],
+      dataZoom: [{ type: "inside" }, { type: "slider", height: 18, bottom: 6, borderColor: "#e4e7ef", showDetail: false }],
       series: [],
     });
     return {
@@ -133,30 +151,35 @@
         const pool = state.pool.filter(p => p[0] * 1000 >= from);
         const unit = unitFor(Math.max(state.device.budget_bytes || 0, ...pool.map(p => Math.max(p[2] || 0, p[3] || 0))));
         const d = unit.div;
-        const series = ids.map((id, i) => {
+        const series = ids.map(id => {
           const m = new Map(state.series[id].map(p => [p[0], p[1]]));
-          const job = state.jobs[id] || { label: `job ${id}` };
-          return { id: `job-${id}`, name: job.label, type: "line", stack: "jobs", showSymbol: false, step: "end",
-            lineStyle: { width: 0.8 }, color: PALETTE[i % PALETTE.length], emphasis: { focus: "series" },
+          return { id: `job-${id}`, name: jobSeriesName(id, state.jobs[id]), type: "line", stack: "jobs", showSymbol: false,
+            step: "end", lineStyle: { width: 0.8 }, color: jobColor(id), emphasis: { focus: "series" },
             areaStyle: { opacity: 0.55 }, data: times.map(t => [t * 1000, (m.get(t) ?? 0) / d]) };
         });
         const budgetPts = pool.filter(p => p[3] !== null && p[3] !== undefined).map(p => [p[0] * 1000, p[3] / d]);
         const b = state.device.budget_bytes / d;
         const budgetData = budgetPts.length ? budgetPts : [[from, b], [now, b]];
+        const events = state.events.filter(e => e.t * 1000 >= from);
         series.push({ id: "reserved", name: "Pool reserved", type: "line", step: "end", showSymbol: false, color: "#334155",
           lineStyle: { width: 1, opacity: 0.75 }, data: pool.map(p => [p[0] * 1000, p[2] / d]) });
+        // Delays come every iteration: ticks along the time axis, not lines across the plot.
+        series.push({ id: "delays", name: "Delays", type: "scatter", symbol: "rect", symbolSize: [2, 8],
+          itemStyle: { color: EVENT_COLORS.delay, opacity: 0.8 }, tooltip: { formatter: p => p.data[2] },
+          data: events.filter(e => e.kind === "delay").slice(-600).map(e => [e.t * 1000, 0, e.label]) });
         series.push({ id: "budget", name: "Budget", type: "line", step: "end", showSymbol: false, color: "#dc2626",
           lineStyle: { width: 1.8 }, data: budgetData,
           markLine: { symbol: ["none", "none"], animation: false, label: { show: false },
             emphasis: { label: { show: true, formatter: p => p.name, color: "#0f172a", fontSize: 11 } },
-            data: state.events.filter(e => e.t * 1000 >= from).slice(-200).map(e => ({
+            data: events.filter(e => e.kind !== "delay").slice(-200).map(e => ({
               name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: [4, 3], width: 1, opacity: 0.55 } })) } });
         chart.setOption(Object.assign({ tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now },
                                         series }, emptyNote(times.length === 0 && pool.length === 0)),
                         { replaceMerge: ["series"] });
+        return series.map(x => ({ id: x.id, name: x.name, color: x.color || (x.itemStyle && x.itemStyle.color) }));
       },
     };
   }
 
-  Z.charts = { jobMemory, memoryCurve, deviceTimeline, EVENT_COLORS };
+  Z.charts = { jobMemory, memoryCurve, deviceTimeline, jobColor, jobSeriesName, EVENT_COLORS };
 })();

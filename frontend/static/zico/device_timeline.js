@@ -1,5 +1,6 @@
 // Device timeline page: polls the device's timeline JSON once a second (cursor + last event id), keeps
-// per-job bands, pool and events for the chosen time range, and redraws the stacked chart and summary.
+// per-job bands, pool and events for the chosen time range, and redraws the stacked chart, its legend
+// (a list on the page: Budget and Pool first, then one entry per job id) and the summary.
 (function () {
   "use strict";
   const Z = window.Zico;
@@ -30,7 +31,7 @@
     cursor = d.live.cursor || "";
     if (d.events.length) sinceEvent = d.events[d.events.length - 1].id;
     liveOk = d.live.ok;
-    chart.set(state, windowS);
+    renderLegend(chart.set(state, windowS));
     const peak = state.pool.reduce((m, p) => Math.max(m, p[2] || 0), 0);
     const last = state.pool[state.pool.length - 1];
     const budget = last && last[3] ? last[3] : state.device.budget_bytes;
@@ -40,6 +41,38 @@
       jobs: Object.keys(state.series).filter(id => state.series[id].length).length, samples: received,
     });
     renderEvents();
+  }
+
+  // The legend: one button per series, keyed by series id (so two jobs of one name keep two entries);
+  // Budget and Pool reserved lead and never scroll away. A click shows or hides that series.
+  const legend = document.getElementById("device-legend");
+  const hidden = new Set();
+  let legendKey = "";
+  function renderLegend(entries) {
+    const order = ["budget", "reserved", "delays"];
+    entries.sort((a, b) => {
+      const ia = order.indexOf(a.id), ib = order.indexOf(b.id);
+      if (ia >= 0 || ib >= 0) return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib);
+      return Number(a.id.slice(4)) - Number(b.id.slice(4));
+    });
+    const key = entries.map(e => `${e.id}:${e.name}`).join("|");
+    if (key === legendKey) return;
+    legendKey = key;
+    legend.innerHTML = "";
+    for (const e of entries) {
+      const li = document.createElement("li");
+      const b = document.createElement("button");
+      b.type = "button"; b.dataset.series = e.id; b.setAttribute("aria-pressed", String(!hidden.has(e.name)));
+      const sw = document.createElement("i"); sw.className = "swatch"; sw.style.background = e.color;
+      const label = document.createElement("span"); label.textContent = e.name;
+      b.append(sw, label);
+      b.addEventListener("click", () => {
+        if (hidden.has(e.name)) hidden.delete(e.name); else hidden.add(e.name);
+        b.setAttribute("aria-pressed", String(!hidden.has(e.name)));
+        chart.chart.dispatchAction({ type: hidden.has(e.name) ? "legendUnSelect" : "legendSelect", name: e.name });
+      });
+      li.append(b); legend.append(li);
+    }
   }
 
   function renderEvents() {

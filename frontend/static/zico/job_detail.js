@@ -1,43 +1,70 @@
-// Job detail page: draws the memory curve, then polls the job's memory JSON once a second and keeps
-// the live chart, its text summary, the status badge, the waiting reason and the progress figures up to date.
+// Job detail page: polls the job's memory JSON once a second for the live chart and its summary, and the
+// job's panels (head, stats, curve, plan, log: server-rendered HTML) every 2 s, replacing each panel
+// whose HTML changed and drawing the memory curve once it exists. The chart's default range is the job's
+// own span (submitted .. finished, or .. now while it runs).
 (function () {
   "use strict";
   const Z = window.Zico;
   const me = document.getElementById("job-detail-script");
   const budget = me.dataset.budget ? Number(me.dataset.budget) : null;
+  const curveChartEl = document.getElementById("curve-chart");
+  let curveChart = null, profileId = null;
+
+  function drawCurve(curve, id) {
+    if (!curve || id === profileId) return;
+    profileId = id;
+    curveChartEl.hidden = false;
+    if (curveChart) curveChart.dispose();
+    curveChart = Z.charts.memoryCurve(curveChartEl, curve, budget);
+  }
   const curveEl = document.getElementById("curve-data");
-  if (curveEl) Z.charts.memoryCurve(document.getElementById("curve-chart"), JSON.parse(curveEl.textContent), budget);
+  if (curveEl) drawCurve(JSON.parse(curveEl.textContent), Number(me.dataset.profile));
 
   const chart = Z.charts.jobMemory(document.getElementById("job-chart"), budget);
   const windowSel = document.getElementById("window");
-  let points = [], cursor = "", windowS = Number(windowSel.value), liveOk = true;
+  let points = [], cursor = "", windowV = windowSel.value, liveOk = true, range = null, finished = false;
 
   function onData(d) {
-    if (d.window !== windowS) return;  // an answer for the time range the user just left
-    if (d.points && cursor === "") points = d.points; else points = points.concat(d.points);
-    const from = Date.now() / 1000 - windowS;
-    if (points.length && points[0][0] < from - 5) points = points.filter(p => p[0] >= from - 5);
+    if (String(d.window) !== windowV) return;  // an answer for the time range the user just left
+    if (cursor === "") points = d.points; else points = points.concat(d.points);
     cursor = d.live.cursor || "";
     liveOk = d.live.ok;
-    chart.set(points, windowS);
-    const peak = points.reduce((m, p) => Math.max(m, p[2] || 0), d.summary.peak_bytes || 0);
+    finished = d.job.span.finished !== null;
+    const nowS = Date.now() / 1000;
+    // the job's span grows with the clock while it has not finished; a fixed window slides
+    range = windowV === "job" ? [d.range[0], finished ? d.range[1] : Math.max(d.range[1], nowS)]
+                              : [nowS - Number(windowV), nowS];
+    if (points.length && points[0][0] < range[0] - 5) points = points.filter(p => p[0] >= range[0] - 5);
+    chart.set(points, range);
+    const peakA = points.reduce((m, p) => Math.max(m, p[1] || 0), d.summary.peak_allocated_bytes || 0);
+    const peakR = points.reduce((m, p) => Math.max(m, p[2] || 0), d.summary.peak_reserved_bytes || 0);
     const last = points[points.length - 1];
+    const running = d.job.status === "running";
     Z.fillSummary(document.getElementById("job-summary"), {
-      peak_bytes: peak || null, budget_bytes: budget,
-      current_allocated_bytes: last ? last[1] : null, current_reserved_bytes: last ? last[2] : null,
+      peak_allocated_bytes: peakA || null, peak_reserved_bytes: peakR || null, budget_bytes: budget,
+      current_allocated_bytes: running && last ? last[1] : null, current_reserved_bytes: running && last ? last[2] : null,
       iteration: last && last[3] !== null && last[3] !== undefined ? last[3] : d.job.iteration,  // live first
     });
-    const s = d.job, badge = document.getElementById("job-status");
-    badge.textContent = s.status; badge.className = `badge badge-${s.status}`;
-    const waiting = document.getElementById("job-waiting");  // the scheduler's reason; gone once placed
-    document.getElementById("job-waiting-reason").textContent = s.waiting_reason || "";
-    waiting.hidden = !s.waiting_reason;
-    document.getElementById("stat-progress").innerHTML = `${s.iteration} <span class="muted">/ ${s.iterations ?? "?"}</span>`;
-    document.getElementById("progress-bar").style.width = `${Math.round(100 * (s.progress || 0))}%`;
-    if (s.iterations_per_s) document.getElementById("stat-throughput").innerHTML = `${s.iterations_per_s.toFixed(2)} <span class="muted">it/s</span>`;
-    if (peak) document.getElementById("stat-peak").textContent = Z.bytes(peak);
   }
 
-  const poller = Z.poll(me.dataset.url, () => ({ window: windowS, cursor }), onData, ok => Z.showLive(liveOk, ok));
-  windowSel.addEventListener("change", () => { windowS = Number(windowSel.value); cursor = ""; points = []; poller.now(); });
+  const poller = Z.poll(me.dataset.url, () => ({ window: windowV, cursor }), onData, ok => Z.showLive(liveOk, ok));
+  windowSel.addEventListener("change", () => { windowV = windowSel.value; cursor = ""; points = []; poller.now(); });
+
+  // Panels: replace a panel only when its HTML changed (keeps focus and selection otherwise). Once the job
+  // has ended and a poll changed nothing, polling stops: nothing more will happen to it.
+  const shown = {};
+  document.querySelectorAll("[data-panel]").forEach(el => { shown[el.dataset.panel] = null; });
+  const panels = Z.poll(me.dataset.panelsUrl, () => ({}), d => {
+    let changed = false;
+    for (const [name, html] of Object.entries(d.html)) {
+      const el = document.getElementById(`panel-${name}`);
+      if (!el || shown[name] === html) continue;
+      el.innerHTML = html;
+      changed = changed || shown[name] !== null;  // the first answer replaces the page's own render
+      shown[name] = html;
+    }
+    drawCurve(d.curve, d.profile);
+    const ended = ["succeeded", "failed", "cancelled"].includes(d.job.status);
+    if (ended && !changed && finished) panels.stop();
+  }, () => {}, 2000);
 })();

@@ -17,7 +17,7 @@
       bar.setAttribute("aria-valuenow", pct); bar.firstElementChild.style.width = `${pct}%`;
       r.querySelector('[data-field="iteration"]').textContent = `${s.iteration} / ${s.iterations ?? "?"} iterations`;
       r.querySelector('[data-field="throughput"]').textContent = s.iterations_per_s ? `${s.iterations_per_s.toFixed(2)} it/s` : "—";
-      r.querySelector('[data-field="peak"]').textContent = Z.bytes(s.peak_bytes);
+      r.querySelector('[data-field="peak"]').textContent = Z.bytes(s.peak_allocated_bytes);
     }
   }, () => {}, 2000);
 })();

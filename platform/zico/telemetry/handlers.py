@@ -124,8 +124,13 @@ def on_job_progress(msg: dict[str, Any], r) -> None:
     job = _job(msg)
     if job is None or not _current_run(job, msg):
         return
-    Job.objects.filter(pk=job.pk).update(progress_iteration=max(0, int(msg["iteration"])),
-                                         total_iterations=msg.get("iterations") or job.total_iterations)
+    fields = {"progress_iteration": max(0, int(msg["iteration"])),
+              "total_iterations": msg.get("iterations") or job.total_iterations}
+    rate = msg.get("iterations_per_s")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0 and job.status not in TERMINAL:
+        # the live throughput (this run's mean so far); job_finished replaces it with the run's final figure
+        fields["metrics"] = {**(job.metrics or {}), "iterations_per_s": float(rate)}
+    Job.objects.filter(pk=job.pk).update(**fields)
 
 
 def on_job_delay(msg: dict[str, Any], r) -> None:
@@ -193,6 +198,19 @@ def on_oom(msg: dict[str, Any], r) -> None:
     log.warning("out of memory on %s for job %s: %s", msg.get("device"), msg.get("job"), msg.get("details"))
 
 
+def on_oom_prevented(msg: dict[str, Any], r) -> None:
+    """One ``oom_prevented`` Event per report: ``count`` allocations waited for the budget and then
+    succeeded (Note [OOM prevented] in workers.oom_watch); ``/metrics`` sums the counts."""
+    job = _job(msg)
+    if job is None or not _current_run(job, msg):
+        return
+    count, overruns = int(msg.get("count", 0)), int(msg.get("overruns", 0))
+    if count < 0 or overruns < 0 or (count == 0 and overruns == 0):
+        raise ValueError(f"oom_prevented: count {count} / overruns {overruns} must be >= 0, one of them > 0")
+    Event.record(Event.Kind.OOM_PREVENTED, job=job, device=device_for(msg["device"]), count=count,
+                 overruns=overruns, waited_s=float(msg.get("waited_s", 0.0)))
+
+
 HANDLERS = {
     "worker_up": on_worker_up,
     "job_started": on_job_started,
@@ -202,6 +220,7 @@ HANDLERS = {
     "profile_done": on_profile_done,
     "telemetry_gap": on_telemetry_gap,
     "oom": on_oom,
+    "oom_prevented": on_oom_prevented,
     "worker_down": lambda msg, r: None,
 }
 
@@ -228,7 +247,8 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
         if dev is None or (p.job is not None and p.job not in known_jobs):
             continue
         rows.append(TimelinePoint(device=dev, job_id=p.job, second=p.second, time=_dt(p.second),
-                                  allocated_bytes=p.allocated, reserved_bytes=p.reserved, iteration=p.iteration,
+                                  allocated_bytes=p.allocated, reserved_bytes=p.reserved,
+                                  allocated_at_peak_bytes=p.allocated_at_peak, iteration=p.iteration,
                                   phase=p.phase, device_used_bytes=p.device_used, budget_bytes=p.budget,
                                   samples=p.samples))
     TimelinePoint.objects.bulk_create(rows, ignore_conflicts=True)

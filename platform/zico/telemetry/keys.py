@@ -6,9 +6,8 @@ Device workers talk to the web side only through Redis (DESIGN.md). Everything t
 name                               type    meaning
 =================================  ======  ====================================================================
 ``zico:telemetry``                 stream  memory samples (job, device, t, allocated, reserved, iteration, phase)
-                                           read by the control consumer; trimmed to ``TELEMETRY_STREAM_MAXLEN``
-``zico:live:device:<dev>``         pubsub  the same samples, for live pages of one device
-``zico:live:job:<job>``            pubsub  the same samples, for live pages of one job
+                                           read by the control consumer and, with a cursor, by the pages'
+                                           live endpoints (zico.web.live); trimmed to ``TELEMETRY_STREAM_MAXLEN``
 ``zico:control``                   stream  lifecycle messages worker -> control consumer (see ``EVENT_KINDS``)
 ``zico:workers``                   set     device keys of every worker that ever registered
 ``zico:worker:<dev>:heartbeat``    string  JSON {pid, t, jobs}; expires after ``HEARTBEAT_TTL_S``
@@ -51,12 +50,13 @@ EVENT_KINDS = (
     "worker_up",       # device registration: device, kind, host, index, name, uuid, total_bytes, pid, slots
     "worker_down",     # clean shutdown of a worker: device
     "job_started",     # job, device, placement, attempt, resumed_from (iteration)
-    "job_progress",    # job, device, iteration, iterations, iterations_per_s
+    "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far)
     "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
     "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics
     "profile_done",    # job, device, curve (DESIGN contract) or error
     "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
     "oom",             # job, device, details (allocator's last_oom())
+    "oom_prevented",   # job, device, count, overruns, waited_s (Note [OOM prevented] in workers.oom_watch)
 )
 
 _DEVICE_RE = re.compile(r"^(gpu|cpu)\.[A-Za-z0-9][A-Za-z0-9_-]*\.\d+$")
@@ -77,14 +77,6 @@ def parse_device_key(key: str) -> tuple[str, str, int]:
         raise ValueError(f"invalid device key {key!r} (expected '<gpu|cpu>.<host>.<index>')")
     kind, host, index = key.split(".")
     return kind, host, int(index)
-
-
-def live_device_channel(dev: str) -> str:
-    return f"{PREFIX}:live:device:{dev}"
-
-
-def live_job_channel(job_id: int) -> str:
-    return f"{PREFIX}:live:job:{int(job_id)}"
 
 
 def heartbeat_key(dev: str) -> str:

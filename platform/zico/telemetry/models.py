@@ -16,7 +16,9 @@ class TimelinePoint(models.Model):
     """One second of one job's memory on one device (``job`` empty: the whole device's pool).
 
     Byte fields are the *largest* value sampled within the second (so a stored timeline never hides a
-    peak); ``iteration`` and ``phase`` are the last ones seen in it.
+    peak), except ``allocated_at_peak_bytes``: the job's allocated bytes at the instant of that second when
+    the device held the most, which is what the device chart stacks (Note [Stacking per-second points] in
+    zico.telemetry.downsample). ``iteration`` and ``phase`` are the last ones seen in it.
     """
 
     device = models.ForeignKey("cluster.Device", on_delete=models.CASCADE, related_name="timeline")
@@ -25,6 +27,8 @@ class TimelinePoint(models.Model):
     time = models.DateTimeField(help_text="the same second as a datetime (UTC)")
     allocated_bytes = models.BigIntegerField()
     reserved_bytes = models.BigIntegerField()
+    allocated_at_peak_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="allocated bytes at the second's device peak instant (stacked bands)")
     iteration = models.BigIntegerField(null=True, blank=True)
     phase = models.CharField(max_length=16, blank=True)
     device_used_bytes = models.BigIntegerField(null=True, blank=True, help_text="NVML memory.used (GPU) or RSS")
@@ -50,7 +54,7 @@ class TimelinePoint(models.Model):
 
     def to_dict(self) -> dict:
         return {"t": self.second, "job": self.job_id, "allocated": self.allocated_bytes,
-                "reserved": self.reserved_bytes, "iteration": self.iteration, "phase": self.phase,
+                "allocated_at_peak": self.allocated_at_peak_bytes, "reserved": self.reserved_bytes, "iteration": self.iteration, "phase": self.phase,
                 "device_used": self.device_used_bytes, "budget": self.budget_bytes}
 
 

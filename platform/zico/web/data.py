@@ -13,7 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from . import access
-from .timelines import device_timeline, job_memory, job_status, parse_since_event, parse_window
+from .job_panels import job_statuses
+from .timelines import device_timeline, job_memory, parse_job_window, parse_since_event, parse_window
 
 
 def json_view(fn):
@@ -42,14 +43,14 @@ def jobs_status(request):
     except ValueError:
         raise ValueError(f"ids: expected comma-separated job ids, got {raw!r}") from None
     jobs = access.visible_jobs(request.user).filter(pk__in=ids)
-    return {"jobs": [job_status(j) for j in jobs]}
+    return {"jobs": job_statuses(list(jobs))}
 
 
 @json_view
 def job_memory_data(request, pk: int):
     """A job's allocated/reserved bytes over time, stored + live (see timelines.job_memory)."""
     job = access.job_for(request.user, pk)
-    return job_memory(job, parse_window(request.GET.get("window")), request.GET.get("cursor") or None)
+    return job_memory(job, parse_job_window(request.GET.get("window")), request.GET.get("cursor") or None)
 
 
 @json_view

@@ -1,15 +1,19 @@
-"""Device pages: the cluster overview (devices, used versus budget, jobs) and the device timeline for admins."""
+"""Device pages: the cluster overview (devices, allocated and reserved versus budget, jobs) and the device
+timeline for admins."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import OuterRef, Subquery
 from django.shortcuts import render
+from django.utils import timezone
 
 from zico.cluster.models import Device, Placement
 from zico.telemetry.models import TimelinePoint
 
 from . import access
 from .timelines import DEFAULT_WINDOW_S, WINDOWS_S, device_key
+
+STALE_S = 120  # a pool reading older than this is not the device's memory now (workers sample at 5 Hz)
 
 
 @login_required
@@ -18,11 +22,15 @@ def cluster(request):
     queries, whatever the cluster's size).
 
     Devices and pool totals are shared cluster facts; a job is named only to users who may read it, the
-    others are counted as "jobs of other tenants".
+    others are counted as "jobs of other tenants". *Allocated* is the bytes of live tensors, *reserved* the
+    segments the pool holds (allocated plus cache; a worker returns the cache when its last job ends). A
+    reading older than ``STALE_S`` is not shown as the device's memory now.
     """
     last = TimelinePoint.objects.filter(device=OuterRef("pk"), job__isnull=True).order_by("-second")
     devices = list(Device.objects.select_related("node").annotate(
-        used=Subquery(last.values("reserved_bytes")[:1]), seen=Subquery(last.values("time")[:1])))
+        used=Subquery(last.values("reserved_bytes")[:1]), allocated=Subquery(last.values("allocated_bytes")[:1]),
+        seen=Subquery(last.values("time")[:1])))
+    now = timezone.now()
     visible = set(access.visible_jobs(request.user).filter(placements__ended_at__isnull=True)
                   .values_list("pk", flat=True))
     timeline_ok = set(access.timeline_devices(request.user).values_list("pk", flat=True))
@@ -32,14 +40,17 @@ def cluster(request):
     rows = []
     for d in devices:
         jobs = placed.get(d.pk, [])
+        fresh = d.seen is not None and (now - d.seen).total_seconds() <= STALE_S
         rows.append({
-            "device": d, "key": device_key(d), "used": d.used, "seen": d.seen,
+            "device": d, "key": device_key(d), "used": d.used if fresh else None,
+            "allocated": d.allocated if fresh else None, "seen": d.seen, "stale": d.seen is not None and not fresh,
+            "idle": not jobs,
             "jobs": [j for j in jobs if j.pk in visible],
             "hidden_jobs": sum(j.pk not in visible for j in jobs),
             "timeline": d.pk in timeline_ok,
         })
     totals = {"budget": sum(d.budget_bytes for d in devices), "total": sum(d.total_bytes for d in devices),
-              "used": sum(r["used"] or 0 for r in rows)}
+              "used": sum(r["used"] or 0 for r in rows), "allocated": sum(r["allocated"] or 0 for r in rows)}
     return render(request, "web/cluster.html", {"rows": rows, "totals": totals})
 
 

@@ -8,14 +8,16 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from workers.workloads.catalog import UnknownWorkload, get_workload, list_workloads
-from zico.jobs.models import Event, IllegalTransition, JobStatus
+from zico.jobs.models import IllegalTransition, JobStatus
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE
 from zico.ratelimits import count_job_submission, job_submit_wait
 
 from . import access
 from .forms import JobSubmitForm
-from .timelines import WINDOWS_S, job_status
+from .data import json_view
+from .job_panels import job_statuses, panel_context, panels
+from .timelines import JOB_WINDOW, WINDOWS_S
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.PROFILING, JobStatus.READY, JobStatus.PLACED, JobStatus.RUNNING,
           JobStatus.LOST)
@@ -32,7 +34,7 @@ def job_list(request):
     if tenant:
         jobs = jobs.filter(tenant__slug=tenant)
     jobs = list(jobs[:200])
-    rows = [{"job": j, "s": job_status(j)} for j in jobs]
+    rows = [{"job": j, "s": s} for j, s in zip(jobs, job_statuses(jobs))]
     return render(request, "web/job_list.html", {
         "rows": rows, "mine": mine, "tenant": tenant, "active_count": sum(j.status in ACTIVE for j in jobs),
         "can_submit": access.submit_tenants(request.user).exists(),
@@ -82,43 +84,19 @@ def job_submit(request):
 
 @login_required
 def job_detail(request, pk: int):
-    """Status, live memory chart, memory curve, sharing plan and delays, params, the job's event log."""
+    """Status, live memory chart, memory curve, sharing plan and delays, params, the job's event log.
+    The panels are the templates of :data:`zico.web.job_panels.PANELS`, re-fetched live by the page."""
     job = access.job_for(request.user, pk)
-    profile = job.latest_profile()
-    placement = job.placements.select_related("device__node").order_by("-started_at").first()
-    plan = _plan_view(request.user, job, placement)
-    delay_events = job.events.filter(kind=Event.Kind.DELAY)
-    delays = list(delay_events.order_by("-time")[:20])
-    totals = [d or {} for d in delay_events.values_list("details", flat=True)]  # one event per run
-    total_delay = sum(float(d.get("delay_s", 0) or 0) for d in totals)
-    delay_count = sum(int(d.get("delays", 1) or 0) for d in totals)
-    log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
     return render(request, "web/job_detail.html", {
-        "job": job, "s": job_status(job), "profile": profile, "placement": placement, "plan": plan,
-        "delays": delays, "delay_count": delay_count, "total_delay_s": total_delay, "log": log,
-        "can_cancel": job.status in CANCELLABLE and access.can_cancel(request.user, job),
-        "windows": WINDOWS_S, "params": sorted((job.params or {}).items()),
+        **panel_context(request.user, job), "windows": WINDOWS_S, "job_window": JOB_WINDOW,
+        "params": sorted((job.params or {}).items()),
     })
 
 
-def _plan_view(user, job, placement) -> dict | None:
-    """The sharing plan as rows a person can read; other tenants' co-located jobs stay anonymous."""
-    if placement is None:
-        return None
-    plan = placement.plan or {}
-    per_job = placement.plan_by_job()
-    visible = set(access.visible_jobs(user).filter(pk__in=[j.pk for j in placement.jobs.all()])
-                  .values_list("pk", flat=True))
-    rows = []
-    for other in placement.jobs.all().order_by("pk"):
-        shown = other.pk in visible
-        rows.append({"job": other if shown else None, "is_self": other.pk == job.pk,
-                     "shift_s": per_job.get(other.pk, {}).get("shift_s") if shown else None,
-                     "predicted_slowdown": per_job.get(other.pk, {}).get("predicted_slowdown") if shown else None})
-    device_visible = access.timeline_devices(user).filter(pk=placement.device_id).exists()
-    return {"rows": rows, "budget_bytes": plan.get("budget_bytes"),
-            "predicted_peak_bytes": plan.get("predicted_peak_bytes"), "device_visible": device_visible,
-            "shift_s": per_job.get(job.pk, {}).get("shift_s"), "mode": plan.get("mode")}
+@json_view
+def job_panels_data(request, pk: int):
+    """The job page's panels rendered again (see job_panels.panels); polled while the page is open."""
+    return panels(request.user, access.job_for(request.user, pk), request)
 
 
 @login_required

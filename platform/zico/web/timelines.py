@@ -24,11 +24,13 @@ from zico.telemetry import keys
 from zico.telemetry.models import TimelinePoint
 
 from . import live
+from .job_panels import job_statuses
 from .templatetags.zico_format import bytes_h
 
 MAX_POINTS = 600  # buckets per series in a first response
 WINDOWS_S = (300, 900, 3600, 6 * 3600, 24 * 3600)  # the time-range selector's choices
 DEFAULT_WINDOW_S = 900
+JOB_WINDOW = "job"  # a job chart's default range: the job's own span
 DEVICE_EVENT_KINDS = (Event.Kind.PLACEMENT, Event.Kind.DELAY, Event.Kind.BUDGET_CHANGE,
                       Event.Kind.OOM_PREVENTED, Event.Kind.WORKER_LOST)
 
@@ -79,27 +81,32 @@ def _summary(peak: int | None, budget: int | None, allocated: int | None, reserv
             "current_reserved_bytes": reserved}
 
 
-def job_status(job: Job) -> dict[str, Any]:
-    """The job's headline figures for the pages (status, progress fraction, throughput, peak)."""
-    m = job.metrics or {}
-    total = job.total_iterations
-    return {
-        "id": job.pk, "status": job.status, "iteration": job.progress_iteration, "iterations": total,
-        "progress": min(1.0, job.progress_iteration / total) if total else None,
-        "iterations_per_s": m.get("iterations_per_s"), "peak_bytes": m.get("peak_bytes"),
-        "delay_s": m.get("delay_s"), "failure_reason": job.failure_reason, "waiting_reason": job.waiting_reason,
-    }
+def parse_job_window(value: str | None) -> int | str:
+    """A job chart's window: ``"job"`` (the default: the job's own span, submitted .. finished or now) or
+    one of ``WINDOWS_S``. Raises ValueError naming ``window``."""
+    if value in (None, "", JOB_WINDOW):
+        return JOB_WINDOW
+    return parse_window(value)
 
 
-def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = None,
+def job_memory(job: Job, window_s: int | str = JOB_WINDOW, cursor: str | None = None,
                now_s: float | None = None) -> dict[str, Any]:
-    """Allocated and reserved bytes of ``job`` over the last ``window_s`` seconds.
+    """Allocated and reserved bytes of ``job`` over ``window_s`` seconds before now, or over the job's own
+    span (``window_s="job"``: from its submission to its finish, or to now while it has not finished).
 
-    Returns ``{"job": job_status, "live": {"ok", "cursor"}, "points": [[t, allocated, reserved, iteration],
-    ...], "summary": {...}}``; with a ``cursor`` only the live points after it. Raises ValueError on a bad
-    cursor.
+    Returns ``{"window", "range": [from_s, to_s], "job": job_status, "live": {"ok", "cursor"}, "points":
+    [[t, allocated, reserved, iteration], ...], "summary": {peak_allocated_bytes, peak_reserved_bytes,
+    budget_bytes, current_allocated_bytes, current_reserved_bytes}}``; with a ``cursor`` only the live
+    points after it. The peaks are the job's (Note [Per-job peaks in a shared pool] in job_panels).
+    Raises ValueError on a bad cursor.
     """
     now_s = time.time() if now_s is None else now_s
+    if window_s == JOB_WINDOW:
+        since = job.created_at.timestamp()
+        until = job.finished_at.timestamp() + 1 if job.finished_at else now_s
+        span = max(60, math.ceil(until - since))
+    else:
+        since, until, span = now_s - window_s, now_s, window_s
     recent = live.taken_since(job.created_at)  # not an earlier deployment's job of the same id
     read = live.read_samples(lambda s: s.get("job") == job.pk and recent(s), cursor=cursor)
     live_pts = [[s["t"], s.get("allocated"), s.get("reserved"), s.get("iteration")]
@@ -107,20 +114,26 @@ def job_memory(job: Job, window_s: int = DEFAULT_WINDOW_S, cursor: str | None = 
     points: list[list] = []
     if cursor is None:
         first_live = live_pts[0][0] if live_pts else math.inf
-        rows = _stored(TimelinePoint.objects.filter(job=job), int(now_s - window_s), window_s,
+        rows = _stored(TimelinePoint.objects.filter(job=job), int(since), span,
                        ("allocated_bytes", "reserved_bytes", "iteration"))
         points = [[r["second"], r["allocated_bytes"], r["reserved_bytes"], r["iteration"]]
                   for r in rows if r["second"] < _cut(first_live)]
     points += live_pts
-    peak = (job.metrics or {}).get("peak_bytes")
-    seen_peak = max((p[2] or 0 for p in points), default=None)
+    status = job_statuses([job])[0]
+    seen_alloc = max((p[1] or 0 for p in points), default=None)
+    seen_res = max((p[2] or 0 for p in points), default=None)
     last = points[-1] if points else [None, None, None, None]
+    summary = _summary(None, job.budget_bytes, last[1], last[2])
+    del summary["peak_bytes"]
+    summary["peak_allocated_bytes"] = max(filter(None, [status["peak_allocated_bytes"], seen_alloc]), default=None)
+    summary["peak_reserved_bytes"] = max(filter(None, [status["peak_reserved_bytes"], seen_res]), default=None)
     return {
         "window": window_s,
-        "job": job_status(job),
+        "range": [since, until],
+        "job": status,
         "live": {"ok": read.ok, "cursor": read.cursor},
         "points": points,
-        "summary": _summary(max(filter(None, [peak, seen_peak]), default=None), job.budget_bytes, last[1], last[2]),
+        "summary": summary,
     }
 
 
@@ -137,8 +150,9 @@ def _event_label(e: Event, visible_job_ids: set[int] | None) -> str:
     if e.kind == Event.Kind.PLACEMENT:
         return f"{job} placed"
     if e.kind == Event.Kind.OOM_PREVENTED:
-        asked = d.get("requested_bytes")
-        return f"OOM prevented: {job}" + (f" asked for {bytes_h(asked)}" if asked else "")
+        n = int(d.get("count") or 0)
+        return (f"OOM prevented ×{n}: {job} waited {float(d.get('waited_s') or 0):.2f} s for the budget"
+                + (f" ({d['overruns']} let past it)" if d.get("overruns") else ""))
     return e.get_kind_display()
 
 
@@ -167,14 +181,44 @@ def _cut(first_live_t: float) -> float:
     return math.floor(first_live_t) if math.isfinite(first_live_t) else math.inf
 
 
+def _clip_to_pool(job_rows: list[dict], pool_rows: list[dict]) -> None:
+    """Scale each time bucket's job bands down to the pool's allocated bytes in that bucket, in place.
+
+    Within one second the stacked values are co-instant (Note [Stacking per-second points] in
+    zico.telemetry.downsample) and already sum to at most the pool; a bucket of several seconds takes each
+    job's largest value, which may come from different seconds, so the bucket's sum is scaled to the
+    pool's largest allocated figure of the bucket. A bucket without a pool row is left as it is.
+    """
+    pool = {r["second"]: r["allocated_bytes"] for r in pool_rows if r["allocated_bytes"] is not None}
+    sums: dict[int, int] = {}
+    for r in job_rows:
+        sums[r["second"]] = sums.get(r["second"], 0) + (r["stacked"] or 0)
+    for r in job_rows:
+        held, total = pool.get(r["second"]), sums[r["second"]]
+        if held is not None and total > held:
+            r["stacked"] = int((r["stacked"] or 0) * held / total)
+
+
+def _end_band(points: list[list], finished_s: float) -> list[list]:
+    """A finished job's band: its points up to the second it finished, then one point of 0 bytes at most
+    1 s after its last one, so the band ends with the job instead of holding its last value."""
+    end = math.floor(finished_s) + 1
+    kept = [p for p in points if p[0] < end]
+    if kept and kept[-1][1]:  # right after its last point: a stepped band holds a value until the next one
+        kept.append([min(end, kept[-1][0] + 1), 0])
+    return kept
+
+
 def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT_WINDOW_S,
                     cursor: str | None = None, since_event: int = 0, now_s: float | None = None) -> dict:
     """Per-job allocated bytes on ``device`` (one stacked band per job), the pool's reserved bytes, its
     budget and event markers, over the last ``window_s`` seconds.
 
     ``tenant_ids`` None (staff) shows every job's band; otherwise only bands of jobs of those tenants —
-    the pool row (all jobs together) and the budget are shown either way. Returns ``{"device", "jobs":
-    {id: {...}}, "series": {id: [[t, allocated], ...]}, "pool": [[t, allocated, reserved, budget]],
+    the pool row (all jobs together) and the budget are shown either way. A band's bytes are the job's
+    allocated bytes at the device's peak instant of each second, so the bands of a bucket never sum above
+    the pool's allocated bytes (:func:`_clip_to_pool`); a finished job's band ends at its finish
+    (:func:`_end_band`). Returns ``{"device", "jobs": {id: {...}}, "series": {id: [[t, allocated], ...]}, "pool": [[t, allocated, reserved, budget]],
     "events": [...], "live": {...}, "summary": {...}}``. Raises ValueError on a bad cursor.
     """
     now_s = time.time() if now_s is None else now_s
@@ -201,21 +245,29 @@ def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT
         since = int(now_s - window_s)
         cut = _cut(first_live)
         base = TimelinePoint.objects.filter(device=device)
-        stored_jobs = _stored(base.filter(job__isnull=False) if tenant_ids is None
-                              else base.filter(job__tenant_id__in=tenant_ids),
-                              since, window_s, ("allocated_bytes",))
+        job_rows = (base.filter(job__isnull=False) if tenant_ids is None
+                    else base.filter(job__tenant_id__in=tenant_ids))
+        stored_jobs = _stored(job_rows, since, window_s, ("allocated_at_peak_bytes", "allocated_bytes"))
+        for r in stored_jobs:  # rows stored before the at-peak figure existed stack their maximum
+            at_peak = r.pop("allocated_at_peak_bytes")
+            r["stacked"] = r.pop("allocated_bytes") if at_peak is None else at_peak
+        stored_pool = _stored(base.filter(job__isnull=True), since, window_s,
+                              ("allocated_bytes", "reserved_bytes", "budget_bytes"))
+        _clip_to_pool(stored_jobs, stored_pool)
         stored_series: dict[int, list] = {}
         for r in stored_jobs:
             if r["second"] < cut:
-                stored_series.setdefault(r["job_id"], []).append([r["second"], r["allocated_bytes"]])
+                stored_series.setdefault(r["job_id"], []).append([r["second"], r["stacked"]])
         for jid, pts in stored_series.items():
             series[jid] = pts + series.get(jid, [])
-        stored_pool = _stored(base.filter(job__isnull=True), since, window_s,
-                              ("allocated_bytes", "reserved_bytes", "budget_bytes"))
         pool = [[r["second"], r["allocated_bytes"], r["reserved_bytes"], r["budget_bytes"]]
                 for r in stored_pool if r["second"] < cut] + pool
-    jobs = {j.pk: {"id": j.pk, "label": str(j), "tenant": j.tenant.slug, "status": j.status}
-            for j in Job.objects.filter(pk__in=set(series)).select_related("tenant")}
+    job_rows = list(Job.objects.filter(pk__in=set(series)).select_related("tenant"))
+    jobs = {j.pk: {"id": j.pk, "label": str(j), "tenant": j.tenant.slug, "status": j.status,
+                   "finished": j.finished_at.timestamp() if j.finished_at else None} for j in job_rows}
+    for j in job_rows:
+        if j.finished_at is not None and j.pk in series:
+            series[j.pk] = _end_band(series[j.pk], j.finished_at.timestamp())
     events = device_events(device, tenant_ids, now_s - window_s, since_event)
     peak = max((p[2] or 0 for p in pool), default=None)
     last = pool[-1] if pool else [None, None, None, None]

@@ -4,11 +4,15 @@ Route names start with ``web-`` (``login``/``logout`` keep the names settings.LO
 cannot collide with the REST API's router names such as ``job-detail``.
 """
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic.base import RedirectView
 
 from . import data, devices, jobs, tenant_admin
 
 urlpatterns = [
+    # browsers ask for /favicon.ico whenever a page's <link rel="icon"> has not loaded yet
+    path("favicon.ico", RedirectView.as_view(url=static("zico/favicon.svg"), permanent=True)),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", jobs.job_list, name="web-jobs"),
@@ -27,6 +31,7 @@ urlpatterns = [
     path("tenants/<slug:slug>/tokens/<int:token_id>/revoke/", tenant_admin.token_revoke, name="web-token-revoke"),
     # JSON polled by the pages
     path("data/jobs/status.json", data.jobs_status, name="web-data-jobs-status"),
+    path("data/jobs/<int:pk>/panels.json", jobs.job_panels_data, name="web-data-job-panels"),
     path("data/jobs/<int:pk>/memory.json", data.job_memory_data, name="web-data-job-memory"),
     path("data/devices/<int:pk>/timeline.json", data.device_timeline_data, name="web-data-device-timeline"),
 ]
