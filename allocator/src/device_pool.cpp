@@ -136,8 +136,9 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 //
 // Note [Pool-hit fast path]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
-// Rule: a request served from the cache (a pool hit) and its free do no system call, no heap
-// allocation and no map lookup beyond the pool's own two containers, with tracing on or off.
+// Rule: a request served from the cache (a pool hit) and its free make no system call and, in the
+// steady state, no heap allocation (a live-map rehash or a CUDA event list may still allocate), and
+// look up nothing beyond the pool's own two containers, with tracing on or off.
 //
 // What a hit costs, in order (callgrind on bench_pairs: ~1,400 instructions per malloc/free pair):
 // the lock; best fit: one lower_bound on a bare size (BySize is transparent) and, when split, one
