@@ -46,9 +46,17 @@ struct JobAccount {
 class Ledger {
  public:
   static constexpr size_t kHistory = 256;
-  JobAccount& job(int64_t id) { return jobs_[id]; }
+  // The account of job `id`, created on first use. The last job's account is cached: a pool hit
+  // then skips the map lookup (accounts are never erased and map nodes never move, so the cached
+  // pointer stays valid).
+  JobAccount& job(int64_t id) {
+    if (last_ == nullptr || last_id_ != id) {
+      last_ = &jobs_[id];
+      last_id_ = id;
+    }
+    return *last_;
+  }
   const std::map<int64_t, JobAccount>& jobs() const { return jobs_; }
-  std::map<int64_t, JobAccount>& jobs() { return jobs_; }
 
   void on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested);
   void on_free(JobAccount& a, int64_t block_bytes, int64_t requested);
@@ -62,6 +70,8 @@ class Ledger {
 
  private:
   std::map<int64_t, JobAccount> jobs_;
+  int64_t last_id_ = 0;
+  JobAccount* last_ = nullptr;
 };
 
 const char* mark_name(int kind);  // "iteration_start" ... or nullptr

@@ -72,9 +72,7 @@ void Pool::apply_stream_rule(Block* b, void* stream) {
 Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
   const bool small = is_small(rounded);
   auto& set = free_set(small);
-  Block key;
-  key.size = rounded;
-  auto it = set.lower_bound(&key);
+  auto it = set.lower_bound(rounded);
   if (it == set.end()) return nullptr;
   Block* b = *it;
   set.erase(it);
@@ -150,12 +148,12 @@ bool Pool::free(void* ptr, void* stream, FreedBlock* out) {
   auto& set = free_set(small);
   if (b->prev && !b->prev->allocated) {
     Block* p = b->prev;
-    set.erase(p);
+    erase_free(set, p);
     b = merge(p, b);
   }
   if (b->next && !b->next->allocated) {
     Block* n = b->next;
-    set.erase(n);
+    erase_free(set, n);
     b = merge(b, n);
   }
   set.insert(b);
@@ -175,7 +173,7 @@ std::vector<ReleasedSegment> Pool::release_free_segments(size_t want) {
   for (Segment* s : idle) {
     if (released >= want) break;
     Block* b = s->first;  // an idle segment is one coalesced free block
-    free_set(s->small).erase(b);
+    erase_free(free_set(s->small), b);
     for (auto& e : b->events) up_->event_synchronize(e.event.get());
     delete_block(b);
     up_->release(s->base, s->size);

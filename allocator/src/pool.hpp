@@ -109,16 +109,23 @@ class Pool {
   bool check(std::string* why) const;
 
  private:
+  // Orders free blocks by (size, address); a bare size compares below every block of that size,
+  // so lower_bound(size) is the best fit without building a key Block.
   struct BySize {
+    using is_transparent = void;
     bool operator()(const Block* a, const Block* b) const {
       return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
     }
+    bool operator()(const Block* a, size_t size) const { return a->size < size; }
+    bool operator()(size_t size, const Block* b) const { return size <= b->size; }
   };
   using FreeSetAlloc = NodeAllocator<Block*>;
   using FreeSet = std::set<Block*, BySize, FreeSetAlloc>;
   using LiveAlloc = NodeAllocator<std::pair<void* const, Block*>>;
   using LiveMap = std::unordered_map<void*, Block*, std::hash<void*>, std::equal_to<void*>, LiveAlloc>;
   FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
+  // Removes free block `b` from `set` (one tree descent: keys are unique, so find, not equal_range).
+  static void erase_free(FreeSet& set, Block* b) { set.erase(set.find(b)); }
   void apply_stream_rule(Block* b, void* stream);
   Block* new_block();
   void delete_block(Block* b);

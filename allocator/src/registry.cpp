@@ -15,7 +15,6 @@ constexpr int kSlots = ZICO_MAX_CUDA_DEVICES + 1;  // slot 0 is the host
 std::atomic<DevicePool*> g_pools[kSlots];
 std::mutex g_install_mu;
 std::atomic<UpstreamFactory> g_cuda_factory{nullptr};
-std::atomic<bool> g_trace{options().trace_enabled};
 thread_local int64_t t_job = 0;
 std::mutex g_stream_mu;
 std::unordered_map<void*, int64_t>& stream_jobs() {
@@ -87,8 +86,8 @@ int64_t set_stream_job(void* stream, int64_t job) {
   return prev;
 }
 
-bool trace_enabled() { return g_trace.load(std::memory_order_relaxed); }
-void set_trace_enabled(bool on) { g_trace.store(on); }
+std::atomic<bool> g_trace_enabled{options().trace_enabled};
+void set_trace_enabled(bool on) { g_trace_enabled.store(on); }
 
 }  // namespace zico
 

@@ -3,6 +3,7 @@
 // and the trace switch. Pools live for the whole process (never destroyed), so frees that run
 // during interpreter shutdown stay safe.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -27,7 +28,9 @@ void set_thread_job(int64_t job);
 int64_t stream_job(void* stream);
 int64_t set_stream_job(void* stream, int64_t job);  // job < 0 unbinds; returns the previous
 
-bool trace_enabled();
+// The trace switch (ZICO_TRACE, zico_set_trace_enabled); read inline on every allocation and free.
+extern std::atomic<bool> g_trace_enabled;
+inline bool trace_enabled() { return g_trace_enabled.load(std::memory_order_relaxed); }
 void set_trace_enabled(bool on);
 
 }  // namespace zico
