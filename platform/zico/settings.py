@@ -206,6 +206,24 @@ ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
 # and the job fails with that reason; the control consumer fails a job still profiling at twice this.
 ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
 
+# --- Scheduler (zico/scheduling/service.py) -----------------------------------------------
+# Bound on every co-located job's predicted slowdown (co-located iteration time over solo) that the
+# memory-aware policy accepts (placement.policies.MemoryAware max_slowdown); a float >= 1, 1 = no slowdown.
+def _slowdown_limit(var: str, default: float) -> float:
+    raw = env.str(var, default=str(default)).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not value >= 1 or value == float("inf"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{var}={raw!r}: expected a number >= 1 (a slowdown factor, e.g. 1.6)")
+    return value
+
+
+ZICO_MAX_SLOWDOWN = _slowdown_limit("ZICO_MAX_SLOWDOWN", 1.6)
+
 # --- Rate limits (zico/ratelimits.py) -------------------------------------------------------
 # Counters live in Redis (the "ratelimit" cache) so that every gunicorn process shares them. While Redis
 # is unreachable each process counts on its own: no request is refused because Redis is down.

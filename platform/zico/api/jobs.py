@@ -56,6 +56,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = ["id", "tenant", "owner", "name", "workload", "params", "budget_bytes", "priority", "status",
                   "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
+                  "waiting_reason", "waiting_kind", "waiting_since",
                   "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations", "device", "profile"]
         read_only_fields = fields
 
