@@ -29,7 +29,8 @@ def mixed_jobs(personas, devices):
     plain = Job.objects.create(tenant=t, owner=personas.owner, workload="digits-cnn", params={})
     orphan = Job.objects.create(tenant=t, owner=None, name="no owner", workload="digits-cnn",
                                 params={"batch_size": 8, "nested": {"a": [1, 2.5, None]}}, budget_bytes=3 << 30,
-                                priority=-3, total_iterations=150, progress_iteration=7)
+                                priority=-3, total_iterations=150, progress_iteration=7, waiting_kind="quota",
+                                waiting_reason="tenant acme is at its memory quota", waiting_since=now)
     failed = Job.objects.create(tenant=t, owner=personas.teammate, workload="digits-cnn", status="failed",
                                 failure_reason="CUDA out of memory: tried to allocate 2.00 GiB",
                                 metrics={"iterations_per_s": 12.5, "peak_bytes": 123456789, "slowdown": None},
