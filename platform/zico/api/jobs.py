@@ -18,7 +18,7 @@ from zico.tenants.models import Role, Tenant
 from .access import field_error, require_role
 from .conditional import with_etag
 from .fields import StrictIntegerField
-from .job_rows import PageRows, fast_path_supported, job_rows
+from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
 
@@ -131,8 +131,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         serializer_class = self.get_serializer_class()
         if not fast_path_supported(serializer_class):
             return super().list(request, *args, **kwargs)
-        rows = self.paginate_queryset(PageRows(self.filter_queryset(self.get_queryset()), serializer_class))
-        return self.get_paginated_response(job_rows(rows, serializer_class, ProfileSummarySerializer))
+        page = PageRows(self.filter_queryset(self.get_queryset()), serializer_class, ProfileSummarySerializer)
+        return self.get_paginated_response(self.paginate_queryset(page))
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
