@@ -169,7 +169,7 @@ class Run:
             return True
 
 
-def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
+def client(url: str, path: str, token: str, run: Run, think_s: float, conditional: bool = False) -> None:
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -182,7 +182,9 @@ def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
             conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
             resp.read()
-            ok = resp.status == 200
+            ok = resp.status == 200 or (conditional and resp.status == 304)
+            if conditional and resp.getheader("ETag"):
+                headers["If-None-Match"] = resp.getheader("ETag")  # as a browser revalidates its copy
             detail = f"HTTP {resp.status}"
         except (OSError, http.client.HTTPException) as exc:
             ok, detail = False, repr(exc)
@@ -197,10 +199,10 @@ def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
 
 
 def phase(url: str, path: str, token: str, clients: int, seconds: float, max_requests: int,
-          think_s: float) -> dict:
+          think_s: float, conditional: bool = False) -> dict:
     run = Run(max_requests, time.monotonic() + seconds)
     t0 = time.monotonic()
-    threads = [threading.Thread(target=client, args=(url, path, token, run, think_s), daemon=True)
+    threads = [threading.Thread(target=client, args=(url, path, token, run, think_s, conditional), daemon=True)
                for _ in range(clients)]
     for t in threads:
         t.start()
@@ -233,7 +235,9 @@ def main() -> int:
     ap.add_argument("--think-ms", type=float, default=0.0,
                     help="mean pause of each client between requests (uniform 0.5x-1.5x; starts staggered); "
                          "0: closed loop, every client fires again at once")
-    ap.add_argument("--path", default="/api/jobs/", help="default: the job list's first page (100 jobs)")
+    ap.add_argument("--conditional", action="store_true",
+                    help="clients send the last ETag back (If-None-Match); a 304 counts as an answer")
+    ap.add_argument("--path", default="/api/jobs/", help="default: the job list's first page (PAGE_SIZE, 25 jobs)")
     ap.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     ap.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (gthread)")
     ap.add_argument("--target-ms", type=float, default=100.0, help="p95 target under load")
@@ -255,10 +259,10 @@ def main() -> int:
               f"gunicorn {a.workers} workers x {a.threads} threads  cpus {os.cpu_count()}", flush=True)
         phase(url, a.path, token, 1, 1.0, 50, 0.0)  # warm-up: connections, caches, lazy imports
         cpu0 = server_cpu_s(proc)
-        base = phase(url, a.path, token, 1, a.baseline_seconds, 10_000, 0.0)
+        base = phase(url, a.path, token, 1, a.baseline_seconds, 10_000, 0.0, a.conditional)
         cpu1 = server_cpu_s(proc)
         show("baseline", base, cpu1 - cpu0 if proc else None)
-        load = phase(url, a.path, token, a.clients, a.seconds, a.max_requests, a.think_ms / 1e3)
+        load = phase(url, a.path, token, a.clients, a.seconds, a.max_requests, a.think_ms / 1e3, a.conditional)
         show(f"{a.clients} clients", load, server_cpu_s(proc) - cpu1 if proc else None)
         ratio = load["p95"] / base["p50"] if base["p50"] else float("nan")
         verdict = "PASS" if load["p95"] < a.target_ms and not load["failed"] else "FAIL"
