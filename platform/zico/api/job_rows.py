@@ -23,7 +23,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from django.db import connection
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from rest_framework import serializers
 
 from zico.cluster.models import Placement
@@ -93,22 +93,23 @@ def _page_sql(serializer_class, profile_serializer_class) -> tuple[str, tuple, t
             cols.append(f"j.{_q(model_field.column)}")
         # the slug, the username and the device id are already their JSON: no serializer field to apply
         job_cols.append((key, len(cols) - 1, model_field, None if key in SPECIAL else field))
-    prof_fields = _fields(profile_serializer_class)
-    prof_cols = []
-    for key, field in prof_fields.items():
+    prof_cols, prof_read = [], []
+    for key, field in _fields(profile_serializer_class).items():
         model_field = prof.get_field(key)
         cols.append(f"mp.{_q(model_field.column)}")
+        prof_read.append(_q(model_field.column))  # not the curve: the list never shows it
         prof_cols.append((key, len(cols) - 1, model_field, field))
     order = ", ".join(f"j.{_q(job.get_field(o.lstrip('-')).column)}{' DESC' if o.startswith('-') else ''}"
                       for o in job.ordering)
     prof_order = ", ".join(f"{_q(prof.get_field(o.lstrip('-')).column)}{' DESC' if o.startswith('-') else ''}"
                            for o in ("-created_at", "-id"))  # as JobSerializer.get_profile
     sql = (f"SELECT {', '.join(cols)} FROM {_q(job.db_table)} j "
-           f"JOIN {_q(tenant.db_table)} t ON t.id = j.{_q('tenant_id')} "
-           f"LEFT JOIN {_q(user.db_table)} u ON u.id = j.{_q('owner_id')} "
-           f"LEFT JOIN LATERAL (SELECT * FROM {_q(prof.db_table)} WHERE {_q('job_id')} = j.id "
+           f"JOIN {_q(tenant.db_table)} t ON t.{_q(tenant.pk.column)} = j.{_q(job.get_field('tenant').column)} "
+           f"LEFT JOIN {_q(user.db_table)} u ON u.{_q(user.pk.column)} = j.{_q(job.get_field('owner').column)} "
+           f"LEFT JOIN LATERAL (SELECT {', '.join(prof_read)} FROM {_q(prof.db_table)} "
+           f"WHERE {_q(prof.get_field('job').column)} = j.{_q(job.pk.column)} "
            f"ORDER BY {prof_order} LIMIT 1) mp ON true "
-           f"WHERE j.id IN ({{scope}}) ORDER BY {order}")
+           f"WHERE j.{_q(job.pk.column)} IN ({{scope}}) ORDER BY {order}")
     return sql, tuple(job_cols), tuple(prof_cols)
 
 
