@@ -6,7 +6,8 @@ takes --url of one already running on loopback), then measures GET /api/jobs/ wi
 2. load: --clients concurrent clients (one keep-alive connection each) for --seconds, or until
    --max-requests requests in all.
 
-Prints p50/p95/p99/max latency (ms) and req/s of both phases, the load p95 as a ratio of the baseline
+Prints p50/p95/p99/max latency (ms), req/s and the server's CPU per request (ms, its processes' user +
+system time from /proc; only for the server it starts) of both phases, the load p95 as a ratio of the baseline
 p50, and whether the load p95 is under --target-ms (issue 8: 100 ms with 50 clients). Exits 1 when it
 is not, or when any request failed. Bounded in time and requests; stops its server by itself.
 
@@ -123,6 +124,23 @@ def start_server(workers: int, threads: int) -> tuple[subprocess.Popen, str]:
     sys.exit("gunicorn did not answer within 60 s")
 
 
+def server_cpu_s(proc: subprocess.Popen | None) -> float | None:
+    """CPU seconds (user + system) used so far by the server's processes (its session, from /proc): per
+    request, a cost that does not grow with the machine's load as latency does. None for --url."""
+    if proc is None:
+        return None
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            if int(fields[3]) == proc.pid:  # process group: gunicorn runs in its own session
+                total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def stop_server(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -151,7 +169,7 @@ class Run:
             return True
 
 
-def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
+def client(url: str, path: str, token: str, run: Run, think_s: float, conditional: bool = False) -> None:
     u = urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -164,7 +182,9 @@ def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
             conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
             resp.read()
-            ok = resp.status == 200
+            ok = resp.status == 200 or (conditional and resp.status == 304)
+            if conditional and resp.getheader("ETag"):
+                headers["If-None-Match"] = resp.getheader("ETag")  # as a browser revalidates its copy
             detail = f"HTTP {resp.status}"
         except (OSError, http.client.HTTPException) as exc:
             ok, detail = False, repr(exc)
@@ -179,10 +199,10 @@ def client(url: str, path: str, token: str, run: Run, think_s: float) -> None:
 
 
 def phase(url: str, path: str, token: str, clients: int, seconds: float, max_requests: int,
-          think_s: float) -> dict:
+          think_s: float, conditional: bool = False) -> dict:
     run = Run(max_requests, time.monotonic() + seconds)
     t0 = time.monotonic()
-    threads = [threading.Thread(target=client, args=(url, path, token, run, think_s), daemon=True)
+    threads = [threading.Thread(target=client, args=(url, path, token, run, think_s, conditional), daemon=True)
                for _ in range(clients)]
     for t in threads:
         t.start()
@@ -196,10 +216,11 @@ def phase(url: str, path: str, token: str, clients: int, seconds: float, max_req
             "max": (lat[-1] if lat else float("nan")) * 1e3, "wall_s": wall}
 
 
-def show(name: str, r: dict) -> None:
+def show(name: str, r: dict, cpu_s: float | None) -> None:
+    cpu = f"  server cpu {1e3 * cpu_s / r['requests']:5.1f} ms/req" if cpu_s is not None and r["requests"] else ""
     print(f"{name:9s} requests {r['requests']:6d}  failed {r['failed']:3d}  {r['req_s']:7.1f} req/s  "
-          f"p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  p99 {r['p99']:7.1f} ms  max {r['max']:7.1f} ms",
-          flush=True)
+          f"p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  p99 {r['p99']:7.1f} ms  max {r['max']:7.1f} ms"
+          + cpu, flush=True)
 
 
 def main() -> int:
@@ -214,7 +235,9 @@ def main() -> int:
     ap.add_argument("--think-ms", type=float, default=0.0,
                     help="mean pause of each client between requests (uniform 0.5x-1.5x; starts staggered); "
                          "0: closed loop, every client fires again at once")
-    ap.add_argument("--path", default="/api/jobs/", help="default: the job list's first page (100 jobs)")
+    ap.add_argument("--conditional", action="store_true",
+                    help="clients send the last ETag back (If-None-Match); a 304 counts as an answer")
+    ap.add_argument("--path", default="/api/jobs/", help="default: the job list's first page (PAGE_SIZE, 25 jobs)")
     ap.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     ap.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (gthread)")
     ap.add_argument("--target-ms", type=float, default=100.0, help="p95 target under load")
@@ -235,10 +258,12 @@ def main() -> int:
         print(f"server {url}  path {a.path}  jobs seeded {a.jobs if not a.url else '-'}  "
               f"gunicorn {a.workers} workers x {a.threads} threads  cpus {os.cpu_count()}", flush=True)
         phase(url, a.path, token, 1, 1.0, 50, 0.0)  # warm-up: connections, caches, lazy imports
-        base = phase(url, a.path, token, 1, a.baseline_seconds, 10_000, 0.0)
-        show("baseline", base)
-        load = phase(url, a.path, token, a.clients, a.seconds, a.max_requests, a.think_ms / 1e3)
-        show(f"{a.clients} clients", load)
+        cpu0 = server_cpu_s(proc)
+        base = phase(url, a.path, token, 1, a.baseline_seconds, 10_000, 0.0, a.conditional)
+        cpu1 = server_cpu_s(proc)
+        show("baseline", base, cpu1 - cpu0 if proc else None)
+        load = phase(url, a.path, token, a.clients, a.seconds, a.max_requests, a.think_ms / 1e3, a.conditional)
+        show(f"{a.clients} clients", load, server_cpu_s(proc) - cpu1 if proc else None)
         ratio = load["p95"] / base["p50"] if base["p50"] else float("nan")
         verdict = "PASS" if load["p95"] < a.target_ms and not load["failed"] else "FAIL"
         print(f"load p95 / baseline p50 = {ratio:.1f}x;  p95 {load['p95']:.1f} ms vs target {a.target_ms:.0f} ms: "

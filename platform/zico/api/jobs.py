@@ -16,7 +16,9 @@ from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_sub
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
+from .conditional import with_etag
 from .fields import StrictIntegerField
+from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
 
@@ -109,17 +111,34 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
     serializer_class = JobSerializer
 
     def get_queryset(self):
-        qs = Job.objects.visible_to(self.request.user).select_related("tenant", "owner").prefetch_related(
-            Prefetch("placements", Placement.objects.active().order_by("-started_at"), to_attr="active_placements"),
-            Prefetch("profiles", MemoryProfile.objects.defer("curve").order_by("-created_at", "-id"),
-                     to_attr="profiles_newest_first"),
-        )
+        qs = Job.objects.visible_to(self.request.user)
         if self.action == "list":
             if s := self.request.query_params.get("status"):
                 qs = qs.filter(status=s)
             if t := self.request.query_params.get("tenant"):
                 qs = qs.filter(tenant__slug=t)
-        return qs
+            if fast_path_supported(self.get_serializer_class()):
+                return qs  # read as rows by list() (Note [Job list fast path])
+        return qs.select_related("tenant", "owner").prefetch_related(
+            Prefetch("placements", Placement.objects.active().order_by("-started_at"), to_attr="active_placements"),
+            Prefetch("profiles", MemoryProfile.objects.defer("curve").order_by("-created_at", "-id"),
+                     to_attr="profiles_newest_first"),
+        )
+
+    def list(self, request, *args, **kwargs):
+        """One page of the caller's jobs, newest first, as JobSerializer writes them (built from rows, Note
+        [Job list fast path]); with an ETag, so that a poller gets 304 for an unchanged page."""
+        serializer_class = self.get_serializer_class()
+        if not fast_path_supported(serializer_class):
+            return super().list(request, *args, **kwargs)
+        page = PageRows(self.filter_queryset(self.get_queryset()), serializer_class, ProfileSummarySerializer)
+        return self.get_paginated_response(self.paginate_queryset(page))
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if self.action == "list" and request.method == "GET":
+            response = with_etag(request, response)
+        return response
 
     def get_throttles(self):
         # Rate limits (zico/ratelimits.py): submissions also count per user; per tenant in create().
