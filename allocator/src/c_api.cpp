@@ -69,6 +69,10 @@ char* guarded_str(int device, F&& f) {
 
 }  // namespace
 
+namespace zico {
+void set_last_error(const std::string& msg) { t_error = msg; }
+}  // namespace zico
+
 extern "C" {
 
 void* zico_malloc(size_t size, int device, void* stream) {
@@ -79,7 +83,11 @@ void* zico_malloc(size_t size, int device, void* stream) {
     if (device >= 0) job = stream_job(stream);
     if (job < 0) job = thread_job();
     void* out = p->allocate(size, stream, job);
-    if (!out) t_error = "out of memory on device " + std::to_string(device) + " (see zico_last_oom_json)";
+    if (!out) {
+      std::string detail = p->last_oom_detail();
+      t_error = "out of memory on device " + std::to_string(device) +
+                (detail.empty() ? std::string(" (see zico_last_oom_json)") : ": " + detail);
+    }
     return out;
   } catch (const std::exception& e) {
     t_error = std::string("internal error: ") + e.what();

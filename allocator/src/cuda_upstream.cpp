@@ -1,7 +1,7 @@
 // cuda_upstream.cpp — the CUDA upstream (libzico_cuda.so): segments from cudaMalloc, events and
-// stream waits for the stream rule. The only file that calls CUDA; it links libcudart alone and
-// uses no driver-API symbol (so no libcuda stub is needed to link). Loading the library does
-// nothing; zico_cuda_register() tells the core to build CUDA pools with this upstream.
+// stream waits for the stream rule. With cuda_agent.cpp (the agent pool on CUDA, which resolves
+// its driver symbols at run time) the only files that call CUDA; the library links libcudart
+// alone, so no libcuda stub is needed to link. Loading the library does nothing; zico_cuda_register() tells the core to build CUDA pools with this upstream.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

@@ -24,6 +24,7 @@ const char* oom_reason_name(OomReason r) {
     case OomReason::kBudget: return "budget";
     case OomReason::kCapacity: return "capacity";
     case OomReason::kFragmentation: return "fragmentation";
+    case OomReason::kAgent: return "agent";
     default: return "none";
   }
 }
@@ -53,8 +54,8 @@ void DevicePool::trace(int kind, int64_t job, int64_t delta, const JobAccount& a
   trace_.push(r);
 }
 
-bool DevicePool::grow(size_t bytes, bool small, int64_t job) {
-  if (!pool_.grow(bytes, small, job)) return false;
+bool DevicePool::grow(size_t bytes, bool small, int64_t job, bool block) {
+  if (!pool_.grow(bytes, small, job, block)) return false;
   const int64_t n = static_cast<int64_t>(bytes);
   for (int k : {static_cast<int>(kAll), kind_of(small)}) {
     reserved_bytes_[k].increase(n);
@@ -85,13 +86,16 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
   // Enough cached bytes in the request's pool (small or large) but no block fits: the cause is
   // fragmentation, whichever limit was hit.
   const uint64_t free_cached = pool_.free_bytes(is_small(rounded));
-  if (free_cached >= rounded) reason = OomReason::kFragmentation;
+  std::string detail = reason == OomReason::kCapacity ? up_->last_refusal() : std::string();
+  if (!detail.empty()) reason = OomReason::kAgent;
+  else if (free_cached >= rounded) reason = OomReason::kFragmentation;
   JobAccount& a = ledger_.job(job);
   ++num_ooms_;
   ++a.num_ooms;
   last_oom_ = OomReport{reason, wall_seconds(), job, size, rounded, a.allocated_bytes.current,
                         allocated_bytes_[kAll].current, reserved_bytes_[kAll].current, budget_,
-                        up_->capacity(), free_cached, pool_.largest_free_block(is_small(rounded))};
+                        up_->capacity(), free_cached, pool_.largest_free_block(is_small(rounded)),
+                        std::move(detail)};
   trace(ZICO_TRACE_OOM, job, static_cast<int64_t>(size), a);
 }
 
@@ -159,7 +163,8 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
         ++num_alloc_retries_;
         ++acct.num_alloc_retries;
         release(std::numeric_limits<size_t>::max());
-        if (!grow(seg, small, job)) {
+        // A shared source (the agent) may now wait for other processes' returns.
+        if (!grow(seg, small, job, /*block=*/true)) {
           record_oom(OomReason::kCapacity, job, size, rounded);
           break;
         }
@@ -227,6 +232,7 @@ bool DevicePool::deallocate(void* ptr, void* stream, bool count_invalid) {
   trace(ZICO_TRACE_FREE, f.job, -n, a);
   const uint64_t r = static_cast<uint64_t>(reserved_bytes_[kAll].current);
   if (budget_ != kUnlimited && r > budget_) release(r - budget_);
+  if (size_t want = up_->wanted_back()) release(want);  // the agent asked for cached segments
   notify_waiters();
   return true;
 }
@@ -260,8 +266,20 @@ bool DevicePool::mark(int64_t job, int kind, int64_t iteration) {
   JobAccount& a = ledger_.job(job);
   if (!ledger_.mark(a, kind, iteration, wall_seconds())) return false;
   trace(kind, job, 0, a);
+  if (kind == ZICO_MARK_ITERATION_END)
+    if (size_t want = up_->wanted_back()) release(want);  // iteration end: give back what others wait for
   notify_waiters();  // liveness changed: the deadlock rule may now apply
   return true;
+}
+
+void DevicePool::trim(size_t want) {
+  std::lock_guard<std::mutex> lk(mu_);
+  release(want);
+}
+
+std::string DevicePool::last_oom_detail() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return last_oom_.detail;
 }
 
 void DevicePool::empty_cache() {

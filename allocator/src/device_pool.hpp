@@ -19,7 +19,7 @@ namespace zico {
 // A budget or capacity of this many bytes means "none" (ZICO_UNLIMITED in the C ABI).
 constexpr uint64_t kUnlimited = UINT64_MAX;
 
-enum class OomReason { kNone, kBudget, kCapacity, kFragmentation };
+enum class OomReason { kNone, kBudget, kCapacity, kFragmentation, kAgent };
 const char* oom_reason_name(OomReason r);
 
 struct OomReport {
@@ -30,6 +30,7 @@ struct OomReport {
   int64_t job_allocated_bytes = 0, allocated_bytes = 0, reserved_bytes = 0;
   uint64_t budget_bytes = 0, capacity_bytes = 0;
   uint64_t free_cached_bytes = 0, largest_free_block = 0;
+  std::string detail;  // the upstream's own explanation (the agent's refusal), or empty
 };
 
 class DevicePool {
@@ -49,6 +50,10 @@ class DevicePool {
   double budget_wait();
   bool mark(int64_t job, int kind, int64_t iteration);
   void empty_cache();
+  // Returns wholly free cached segments to the upstream until `want` bytes went back (or none
+  // is left); the agent upstream's reclaim thread calls it.
+  void trim(size_t want);
+  std::string last_oom_detail();
   void reset_peak_memory_stats();
 
   std::string stats_json(bool per_job, int64_t job);
@@ -64,7 +69,7 @@ class DevicePool {
  private:
   void trace(int kind, int64_t job, int64_t delta, const JobAccount& a);
   void release(size_t want);  // returns cached segments to the upstream, with accounting
-  bool grow(size_t bytes, bool small, int64_t job);
+  bool grow(size_t bytes, bool small, int64_t job, bool block = false);
   void record_oom(OomReason reason, int64_t job, size_t size, size_t rounded);
   void notify_waiters() { if (waiters_ > 0) cv_.notify_all(); }
 

@@ -101,6 +101,8 @@ std::string DevicePool::last_oom_json() {
     w.num("reserved_bytes", o.reserved_bytes);
     w.limit("budget_bytes", o.budget_bytes).limit("capacity_bytes", o.capacity_bytes);
     w.num("free_cached_bytes", o.free_cached_bytes).num("largest_free_block", o.largest_free_block);
+    if (!o.detail.empty()) w.str("detail", o.detail);
+    else w.null("detail");
   }
   w.close('}');
   return w.take();

@@ -19,6 +19,13 @@ struct Options {
   size_t trace_capacity;
   // ZICO_HOST_CAPACITY_BYTES: physical capacity of the host upstream when install passes none.
   uint64_t host_capacity_bytes;
+  // ZICO_AGENT_CHUNK_BYTES: the device agent's chunk, the unit it grants and moves between job
+  // processes (bytes; a multiple of 4096; suffixes K/M/G or KiB/MiB/GiB accepted). Default 2 MiB,
+  // the size of the pool's small segments, so a small segment is exactly one chunk.
+  uint64_t agent_chunk_bytes;
+  // Non-empty when ZICO_AGENT_CHUNK_BYTES is malformed: names the variable and the accepted forms;
+  // zico_agent_create then fails with it instead of guessing.
+  const char* agent_chunk_error;
 };
 
 // Reads the environment once (thread-safe); later calls return the same values.

@@ -104,8 +104,8 @@ Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
   return b;
 }
 
-bool Pool::grow(size_t bytes, bool small, int64_t owner_job) {
-  void* p = up_->obtain(bytes);
+bool Pool::grow(size_t bytes, bool small, int64_t owner_job, bool block) {
+  void* p = block ? up_->obtain_blocking(bytes) : up_->obtain(bytes);
   if (!p) return false;
   Segment* s = new Segment();
   s->base = static_cast<char*>(p);

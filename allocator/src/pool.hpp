@@ -89,8 +89,8 @@ class Pool {
   // allocated to `job`; nullptr if none is cached. Applies the stream rule (see Note in pool.cpp).
   Block* take(size_t rounded, size_t requested, void* stream, int64_t job);
   // Obtains a segment of `bytes` from the upstream and caches it as one free block; false when
-  // the upstream is out of memory.
-  bool grow(size_t bytes, bool small, int64_t owner_job);
+  // the upstream is out of memory. block: use the upstream's obtain_blocking (may wait for room).
+  bool grow(size_t bytes, bool small, int64_t owner_job, bool block = false);
   // Frees the allocated block at `ptr` (recording an event on `stream`), coalescing neighbours.
   // Returns false if `ptr` is not an allocated block of this pool.
   bool free(void* ptr, void* stream, FreedBlock* out);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace zico {
 
@@ -13,7 +14,14 @@ class Upstream {
   // A segment of exactly `bytes` (aligned to >= 512 bytes), or nullptr when the source is out of
   // memory (physical capacity). Never throws.
   virtual void* obtain(size_t bytes) = 0;
+  // Like obtain, but a source shared with other processes (the agent) may wait for room; the pool
+  // calls it after returning its own cached segments. Sources that cannot wait just obtain.
+  virtual void* obtain_blocking(size_t bytes) { return obtain(bytes); }
   virtual void release(void* ptr, size_t bytes) = 0;
+  // Bytes the source asks the pool to give back (wholly free cached segments); 0 = none.
+  virtual size_t wanted_back() { return 0; }
+  // Why the last obtain returned nullptr, when the source can say more than "out of memory".
+  virtual std::string last_refusal() { return {}; }
   // Physical capacity in bytes (UINT64_MAX if unknown / unlimited).
   virtual uint64_t capacity() const = 0;
   virtual const char* name() const = 0;

@@ -99,6 +99,66 @@ size_t zico_drain_trace(zico_trace_record* out, size_t max_records);
 int zico_set_trace_enabled(int enabled);
 uint64_t zico_trace_dropped(void);
 
+/* --- the agent pool: one pool shared by job processes (docs/allocator.md, "Agent pool") ---
+ * Agent side, in the device agent process. Sizes are bytes; the pool is capacity_bytes rounded
+ * down to whole chunks; budget_bytes = ZICO_UNLIMITED for none; chunk_bytes = 0 takes
+ * ZICO_AGENT_CHUNK_BYTES (default 2 MiB), else it must be a multiple of 4096. */
+typedef struct zico_agent zico_agent_t;
+int zico_agent_create(uint64_t capacity_bytes, uint64_t budget_bytes, uint64_t chunk_bytes, zico_agent_t** out);
+/* Registers job_id (> 0) of tenant_id (>= 0) and returns in *out_fd the job's end of an AF_UNIX
+ * SOCK_SEQPACKET socketpair, close-on-exec set (the caller clears it or passes it with pass_fds). When
+ * that socket closes (the job exited or died), the job's chunks return to the free list. */
+int zico_agent_add_job(zico_agent_t* agent, int64_t job_id, int64_t tenant_id, int* out_fd);
+/* Disconnects the job; every chunk it held returns to the free list, quarantined: the process may
+ * still map them, so each is scrubbed before its next grant, even to the same tenant. The record
+ * stays in the stats. */
+int zico_agent_remove_job(zico_agent_t* agent, int64_t job_id);
+int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes);
+/* Bound on how long a request waits for room before it is refused (seconds; default
+ * ZICO_BUDGET_WAIT_S). */
+int zico_agent_set_wait(zico_agent_t* agent, double seconds);
+/* {"pool": {...}, "jobs": [{...}, ...]} (keys in docs/allocator.md); release with zico_string_free. */
+char* zico_agent_stats_json(zico_agent_t* agent);
+void zico_agent_destroy(zico_agent_t* agent);
+/* Job side, in the job process, before any host allocation: the host pool (device -1) is created
+ * with chunks granted by the agent on `fd` as its upstream. -1 if a host pool already exists or fd
+ * is not an agent socket. The process then uses the host pool as usual (the CPU shim, zico_malloc). */
+int zico_install_agent_client(int fd);
+
+/* --- agent pool extension points: device chunks (libzico_cuda.so plugs CUDA VMM in here) ---
+ * zico_chunk_ops: how the agent makes chunks. create() makes one chunk of `bytes` and returns an fd
+ * to pass to jobs (the agent keeps it open) plus backend state in *handle; scrub() prepares a chunk
+ * that moves to another tenant: afterwards it reads zeros and no earlier holder can reach its new
+ * contents (a new backing: new fd and handle); destroy() releases both. Return 0 on success. */
+typedef struct zico_chunk_ops {
+  void* ctx;
+  int (*create)(void* ctx, size_t bytes, int* fd, uint64_t* handle);
+  int (*scrub)(void* ctx, size_t bytes, int* fd, uint64_t* handle);
+  void (*destroy)(void* ctx, int fd, uint64_t handle);
+  const char* name; /* "memfd", "cuda" */
+} zico_chunk_ops;
+int zico_agent_create_with(const zico_chunk_ops* ops, uint64_t capacity_bytes, uint64_t budget_bytes,
+                           uint64_t chunk_bytes, zico_agent_t** out);
+/* zico_chunk_mapper: how a job maps granted chunks. map() stitches n chunk fds into one range of
+ * n * chunk_bytes (NULL on failure; the caller closes the fds); unmap() undoes it. The event
+ * functions are the stream rule's primitives (Upstream in allocator/src/upstream.hpp); NULL ones
+ * behave as on the host (no events). */
+typedef struct zico_chunk_mapper {
+  void* ctx;
+  void* (*map)(void* ctx, const int* fds, size_t n, size_t chunk_bytes);
+  void (*unmap)(void* ctx, void* base, size_t bytes);
+  void* (*record_event)(void* ctx, void* stream);
+  int (*event_done)(void* ctx, void* event);
+  void (*stream_wait)(void* ctx, void* stream, void* event);
+  void (*event_synchronize)(void* ctx, void* event);
+  void (*destroy_event)(void* ctx, void* event);
+  const char* name; /* the pool's upstream name: "agent", "agent-cuda" */
+  uint64_t capacity_bytes; /* 0: the agent's capacity */
+} zico_chunk_mapper;
+/* Installs the pool of `device` (-1 host, 0..63 CUDA) with chunks from the agent on fd, mapped by
+ * `mapper` (NULL: memfd mmap, host only). zico_install_agent_client(fd) = (-1, fd, NULL). */
+int zico_install_agent_client_on(int device, int fd, const zico_chunk_mapper* mapper);
+
 /* --- misc --- */
 const char* zico_last_error(void);
 void zico_string_free(char* s);

@@ -15,12 +15,16 @@ Typical use in a worker process, before any allocation of that kind:
         za.mark(job_id, "iteration_end", it)
     za.memory_stats(job=job_id)           # torch-style keys, bytes
 
+Across processes (one job per process): the device agent holds an `AgentPool` and each job
+process calls `install_agent_client()` first (see _agent.py).
+
 Devices: None (CUDA's current device when the CUDA upstream is installed, else the host pool),
 "cpu" or -1 (host pool), "cuda" / "cuda:N" / N, or a torch.device. All sizes are bytes, times seconds.
 Misuse raises ValueError (bad argument) or ZicoError (the allocator refused; message says why).
 """
 from __future__ import annotations
 
+from ._agent import AGENT_FD_ENV, AgentPool, install_agent_client
 from ._api import (
     ZicoError,
     TraceRecord,
@@ -46,7 +50,7 @@ from ._api import (
 )
 
 __all__ = [
-    "ZicoError", "TraceRecord", "bind", "check_invariants", "drain_trace", "empty_cache", "get_budget",
+    "AGENT_FD_ENV", "AgentPool", "install_agent_client", "ZicoError", "TraceRecord", "bind", "check_invariants", "drain_trace", "empty_cache", "get_budget",
     "get_budget_wait", "install_cpu", "install_cuda", "install_host_pool", "is_installed", "jobs", "last_oom",
     "mark", "memory_snapshot", "memory_stats", "reset_peak_memory_stats", "set_budget", "set_budget_wait",
     "set_cpu_scope",

@@ -1,0 +1,506 @@
+// agent_server.cpp — AgentServer: the server thread, the grant rules, scrub and transfer
+// accounting (header: agent_server.hpp; wire format: agent_protocol.hpp; OS calls: chunk_os.cpp).
+#include "agent_server.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "chunk_os.hpp"
+#include "json.hpp"
+#include "options.hpp"
+
+namespace zico {
+
+using namespace agent;
+
+namespace {
+constexpr uint64_t kNone = UINT64_MAX;
+std::string mib(uint64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+}  // namespace
+
+AgentServer* AgentServer::create(const zico_chunk_ops& ops, uint64_t capacity, uint64_t budget, uint64_t chunk,
+                                 std::string* why) {
+  if (!ops.create || !ops.scrub || !ops.destroy) {
+    *why = "chunk ops need create, scrub and destroy";
+    return nullptr;
+  }
+  if (chunk == 0 || chunk % 4096 != 0) {
+    *why = "chunk_bytes must be a positive multiple of 4096 (the page size), got " + std::to_string(chunk);
+    return nullptr;
+  }
+  if (capacity < chunk || capacity == kNone) {
+    *why = "capacity_bytes must be at least one chunk (" + std::to_string(chunk) + " bytes) and finite";
+    return nullptr;
+  }
+  if (budget == 0) {
+    *why = "budget_bytes must be positive (UINT64_MAX for none)";
+    return nullptr;
+  }
+  const uint64_t chunks = capacity / chunk;
+  uint64_t have = 0;
+  if (!ensure_fd_limit(chunks + 256, &have)) {
+    *why = "the agent keeps one memfd per chunk: " + std::to_string(chunks) + " chunks need about " +
+           std::to_string(chunks + 256) + " open files, but RLIMIT_NOFILE allows " + std::to_string(have) +
+           " (raise it, or use larger chunks)";
+    return nullptr;
+  }
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    *why = std::string("pipe2 failed: ") + std::strerror(errno);
+    return nullptr;
+  }
+  return new AgentServer(ops, chunks, budget, chunk, wake);
+}
+
+AgentServer::AgentServer(const zico_chunk_ops& ops, uint64_t chunks, uint64_t budget, uint64_t chunk_bytes,
+                         int wake[2])
+    : ops_(ops),
+      chunk_(chunk_bytes), chunks_(chunks), budget_(budget), wait_s_(options().budget_wait_s) {
+  wake_[0] = wake[0];
+  wake_[1] = wake[1];
+  free_.reserve(chunks);
+  for (uint64_t i = chunks; i-- > 0;) free_.push_back(static_cast<uint32_t>(i));  // id 0 first
+  thread_ = std::thread([this] { loop(); });
+}
+
+AgentServer::~AgentServer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  wake();
+  thread_.join();
+  for (auto& kv : jobs_)
+    if (kv.second.fd >= 0) close(kv.second.fd);
+  for (int fd : closing_) close(fd);
+  for (Chunk& c : chunks_)
+    if (c.fd >= 0) ops_.destroy(ops_.ctx, c.fd, c.handle);
+  close(wake_[0]);
+  close(wake_[1]);
+}
+
+void AgentServer::wake() {
+  char b = 1;
+  (void)!write(wake_[1], &b, 1);
+}
+
+int AgentServer::add_job(int64_t job, int64_t tenant, std::string* why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = jobs_.find(job);
+  if (it != jobs_.end() && it->second.connected) {
+    *why = "job " + std::to_string(job) + " is already connected to this agent";
+    return -1;
+  }
+  int sv[2];
+  if (!seqpacket_pair(sv)) {
+    *why = std::string("socketpair failed: ") + std::strerror(errno);
+    return -1;
+  }
+  Msg hello = make_msg(kHello, chunk_, chunks_.size() * chunk_, static_cast<uint64_t>(job));
+  if (!send_packet(sv[0], &hello, sizeof(hello), nullptr, 0)) {
+    *why = std::string("could not greet the job: ") + std::strerror(errno);
+    close(sv[0]);
+    close(sv[1]);
+    return -1;
+  }
+  fcntl(sv[0], F_SETFL, O_NONBLOCK);  // a job that stops reading never blocks the agent
+  Job& j = jobs_[job];
+  j = Job();  // a disconnected earlier run of the same job id starts afresh
+  j.id = job;
+  j.tenant = tenant;
+  j.fd = sv[0];
+  j.connected = true;
+  wake();
+  return sv[1];
+}
+
+bool AgentServer::remove_job(int64_t job, std::string* why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    *why = "job " + std::to_string(job) + " was never added to this agent";
+    return false;
+  }
+  disconnect(it->second, /*quarantine=*/true);
+  decide();
+  wake();
+  return true;
+}
+
+void AgentServer::set_budget(uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  budget_ = bytes;
+  decide();
+}
+
+void AgentServer::set_wait(double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  wait_s_ = seconds;
+  for (auto& kv : jobs_) {
+    Pending& p = kv.second.pending;
+    if (p.active && p.wait)
+      p.deadline = p.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
+  decide();
+  wake();
+}
+
+void AgentServer::loop() {
+  std::vector<pollfd> fds;
+  std::vector<int64_t> ids;
+  Msg m;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_) {
+    for (int fd : closing_) close(fd);
+    closing_.clear();
+    fds.assign(1, pollfd{wake_[0], POLLIN, 0});
+    ids.assign(1, -1);
+    int timeout_ms = -1;
+    const auto now = Clock::now();
+    for (auto& kv : jobs_) {
+      Job& j = kv.second;
+      if (!j.connected) continue;
+      fds.push_back(pollfd{j.fd, POLLIN, 0});
+      ids.push_back(j.id);
+      if (j.pending.active && j.pending.wait) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(j.pending.deadline - now).count() + 1;
+        ms = std::max<long long>(ms, 0);
+        if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = static_cast<int>(std::min<long long>(ms, 1 << 30));
+      }
+    }
+    lk.unlock();
+    int n = poll(fds.data(), fds.size(), timeout_ms);
+    lk.lock();
+    if (n < 0 && errno != EINTR) break;
+    if (fds[0].revents) {
+      char drain[64];
+      while (read(wake_[0], drain, sizeof(drain)) > 0) {}
+    }
+    for (size_t i = 1; i < fds.size() && n > 0; ++i) {
+      if (!fds[i].revents) continue;
+      auto it = jobs_.find(ids[i]);
+      // Only this thread closes job sockets, so the fd polled is still this job's while connected.
+      if (it == jobs_.end() || !it->second.connected || it->second.fd != fds[i].fd) continue;
+      Job& j = it->second;
+      long len = recv_packet(j.fd, &m, sizeof(m), nullptr);  // a job can never plant fds here
+      if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (len <= 0) {
+        disconnect(j);
+      } else {
+        on_message(j, m, len);
+      }
+    }
+    decide();
+  }
+}
+
+void AgentServer::on_message(Job& j, const Msg& m, long len) {
+  if (static_cast<size_t>(len) != sizeof(Msg) || m.magic != kMagic) {
+    ++j.bad_messages;
+    return;
+  }
+  if (m.type == kRequest) {
+    if (j.pending.active || m.a == 0) {
+      ++j.bad_messages;
+      Msg r = make_msg(kRefuse, kInvalid, 0, m.c);
+      std::snprintf(r.text, sizeof(r.text), "agent refused: malformed request (%s)",
+                    m.a == 0 ? "zero bytes" : "one is already pending");
+      send_packet(j.fd, &r, sizeof(r), nullptr, 0);
+      return;
+    }
+    const uint64_t chunks = (m.a + chunk_ - 1) / chunk_;
+    j.pending = Pending{true, m.b != 0, chunks, m.c, Clock::now(), Clock::now()};
+    j.pending.deadline = j.pending.start +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s_));
+    if (m.a > chunks_.size() * chunk_) {
+      refuse(j, kCapacity, "agent refused: capacity: request of " + mib(m.a) + " is larger than the pool (" +
+                               mib(chunks_.size() * chunk_) + ")");
+      return;
+    }
+    decide();
+    if (j.pending.active && j.pending.wait) ++j.waits;
+  } else if (m.type == kReturn) {
+    const uint32_t n = std::min(m.n, kMaxIds);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t id = m.ids[i];
+      auto pos = id < chunks_.size() && chunks_[id].holder == j.id
+                     ? std::find(j.held.begin(), j.held.end(), id) : j.held.end();
+      if (pos == j.held.end()) {  // not this job's chunk: ignored, never freed on its word
+        ++j.bad_messages;
+        continue;
+      }
+      *pos = j.held.back();
+      j.held.pop_back();
+      Chunk& c = chunks_[id];
+      c.holder = -1;
+      c.last_job = j.id;
+      c.last_tenant = j.tenant;
+      free_.push_back(id);
+      ++j.returned;
+    }
+  } else {
+    ++j.bad_messages;
+  }
+}
+
+void AgentServer::disconnect(Job& j, bool quarantine) {
+  if (!j.connected) return;
+  for (uint32_t id : j.held) {
+    Chunk& c = chunks_[id];
+    c.holder = -1;
+    c.last_job = j.id;
+    c.last_tenant = quarantine ? kQuarantined : j.tenant;
+    free_.push_back(id);
+    ++j.returned;
+  }
+  j.held.clear();
+  if (j.pending.active) finish_wait(j);
+  j.pending.active = false;
+  j.connected = false;
+  shutdown(j.fd, SHUT_RDWR);  // the job sees the end of its socket at once
+  closing_.push_back(j.fd);   // closed by the server thread, which alone polls job sockets
+  j.fd = -1;
+}
+
+void AgentServer::finish_wait(Job& j) {
+  if (j.pending.wait) j.wait_s += std::chrono::duration<double>(Clock::now() - j.pending.start).count();
+  j.pending.active = false;
+}
+
+std::string AgentServer::describe(uint64_t request_bytes) const {
+  return "budget " + (budget_ == kNone ? std::string("none") : mib(budget_)) + ", held " + mib(held_bytes()) +
+         ", capacity " + mib(chunks_.size() * chunk_) + ", request " + mib(request_bytes);
+}
+
+void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
+  Msg r = make_msg(kRefuse, reason, 0, j.pending.seq);
+  std::snprintf(r.text, sizeof(r.text), "%s", text.c_str());
+  finish_wait(j);
+  if (reason != kWouldWait) ++j.refused;
+  if (!send_packet(j.fd, &r, sizeof(r), nullptr, 0)) disconnect(j);
+}
+
+// Note [Agent grants]
+// ~~~~~~~~~~~~~~~~~~~
+// The pool is capacity / chunk_bytes chunks; held = chunks granted and not returned. Rules:
+//   1. A request fits when held + request <= budget and enough chunks are free. Among waiting
+//      requests that fit, the job holding the fewest chunks goes first (max-min fairness; ties go
+//      to the earlier request), so a job that never frees cannot overtake one that holds less.
+//   2. A request asked with wait = 0 that does not fit is refused at once (the job then returns its
+//      own cached free segments and asks again with wait = 1: its pool does that in one
+//      allocation, see DevicePool::allocate).
+//   3. While a request waits, every job that is not waiting and holds at least as much as the waiter is
+//      sent RECLAIM(shortfall); while held > budget (after a deadlock grant or a lowered budget)
+//      every job is sent RECLAIM(held - budget). A job answers by returning wholly free cached
+//      segments (at once from its listener thread, and again on each free): RETURN messages.
+//   4. Deadlock: when at least two jobs wait and no connected job outside the waiters holds a
+//      chunk, nobody can free. The smallest waiting request that fits in the free chunks is
+//      granted past the budget (ties: the job holding least) — never past capacity: only free
+//      chunks are ever granted. If none fits, the waiter holding least is refused (its job's error
+//      path frees; the others, nearer their peaks, keep waiting). A lone waiter that no other
+//      holder could help is refused at once: the budget is its limit.
+//   5. A waiting request is refused when it has waited wait_s (ZICO_BUDGET_WAIT_S by default).
+// Bounds: held <= capacity at all times (worst case: the whole capacity, reached only through
+// rule-4 grants). Past the budget only by rule 4, which needs two waiting jobs: a job alone, or
+// one that keeps asking while another job could free, never gets past the budget. Once held >
+// budget, rule 1 grants nothing and rule 3 makes every free return segments, so held comes back
+// under the budget as the grantee frees (within the iteration that caused it).
+void AgentServer::decide() {
+  for (;;) {
+    const uint64_t held = held_bytes();
+    auto fits = [&](const Job& j) {
+      const uint64_t want = j.pending.chunks * chunk_;
+      return free_.size() >= j.pending.chunks && (budget_ == kNone || (want <= budget_ && held <= budget_ - want));
+    };
+    auto smaller = [](const Job* a, const Job* b) {
+      return !b || a->held.size() < b->held.size() ||
+             (a->held.size() == b->held.size() && a->pending.start < b->pending.start);
+    };
+    Job* best = nullptr;
+    for (auto& kv : jobs_) {
+      Job& j = kv.second;
+      if (j.connected && j.pending.active && fits(j) && smaller(&j, best)) best = &j;
+    }
+    if (best) {
+      grant(*best, false);
+      continue;
+    }
+    std::vector<Job*> waiting;
+    bool freer = false;
+    for (auto& kv : jobs_) {
+      Job& j = kv.second;
+      if (!j.connected) continue;
+      if (j.pending.active && !j.pending.wait) {
+        // It will return its own cached segments and ask again: still a job that can free.
+        refuse(j, kWouldWait, "agent refused: no room now (" + describe(j.pending.chunks * chunk_) + ")");
+        if (!j.held.empty()) freer = true;
+      } else if (j.pending.active) {
+        waiting.push_back(&j);
+      } else if (!j.held.empty()) {
+        freer = true;
+      }
+    }
+    if (waiting.empty() || freer) break;
+    if (waiting.size() == 1) {
+      refuse(*waiting[0], kBudget, "agent refused: budget: no other job holds memory that could come back (" +
+                                       describe(waiting[0]->pending.chunks * chunk_) + ")");
+      break;
+    }
+    // Deadlock: the smallest waiting request that fits in the free chunks goes past the budget.
+    Job* g = nullptr;
+    for (Job* j : waiting) {
+      if (free_.size() < j->pending.chunks) continue;
+      if (!g || j->pending.chunks < g->pending.chunks || (j->pending.chunks == g->pending.chunks && smaller(j, g)))
+        g = j;
+    }
+    if (g) {
+      grant(*g, true);
+      continue;
+    }
+    // No room below capacity for any of them: refuse the one holding least (the latest request
+    // among equals), so its job's error path frees and the others, nearer their peaks, go on.
+    Job* r = nullptr;
+    for (Job* j : waiting)
+      if (!r || j->held.size() < r->held.size() ||
+          (j->held.size() == r->held.size() && j->pending.start > r->pending.start))
+        r = j;
+    refuse(*r, kCapacity, "agent refused: capacity: every job holding memory waits and no room is left (" +
+                              describe(r->pending.chunks * chunk_) + ")");
+  }
+  const auto now = Clock::now();
+  for (auto& kv : jobs_) {
+    Job& j = kv.second;
+    if (j.connected && j.pending.active && j.pending.wait && j.pending.deadline <= now)
+      refuse(j, kTimeout, "agent refused: budget: waited " + std::to_string(wait_s_) + " s for room (" +
+                              describe(j.pending.chunks * chunk_) + ")");
+  }
+  send_reclaims();
+}
+
+bool AgentServer::grant(Job& j, bool over_budget) {
+  const uint64_t k = j.pending.chunks;
+  // Prefer chunks this tenant held last (or never used): no scrub, and their pages are resident.
+  std::vector<uint32_t> pick;
+  pick.reserve(k);
+  for (size_t i = free_.size(); i-- > 0 && pick.size() < k;) {
+    const Chunk& c = chunks_[free_[i]];
+    if (c.last_tenant == j.tenant || c.last_tenant == -1) pick.push_back(free_[i]);
+  }
+  for (size_t i = free_.size(); i-- > 0 && pick.size() < k;) {
+    const Chunk& c = chunks_[free_[i]];
+    if (c.last_tenant != j.tenant && c.last_tenant != -1) pick.push_back(free_[i]);
+  }
+  for (uint32_t id : pick) {
+    Chunk& c = chunks_[id];
+    // Note [Scrub]: a chunk moving to another tenant loses its pages (so it reads zeros), and its
+    // backing is replaced (memfd: punch hole, then a fresh memfd; CUDA: a new zeroed allocation):
+    // a previous holder that kept a mapping or a copy of the fd must never see the next tenant's
+    // data through it. Same tenant: the pages move as they are (no scrub).
+    if (c.fd >= 0 && c.last_tenant != -1 && c.last_tenant != j.tenant) {
+      const auto t0 = Clock::now();
+      if (ops_.scrub(ops_.ctx, chunk_, &c.fd, &c.handle) != 0) c.fd = -1;
+      scrub_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+      ++scrubs_;
+    }
+    if (c.fd < 0 && ops_.create(ops_.ctx, chunk_, &c.fd, &c.handle) != 0) c.fd = -1;
+    if (c.fd < 0) {
+      refuse(j, kCapacity, std::string("agent refused: capacity: creating a ") + ops_.name + " chunk failed: " +
+                               std::strerror(errno));
+      return false;
+    }
+  }
+  std::vector<char> chosen(chunks_.size(), 0);
+  for (uint32_t id : pick) chosen[id] = 1;
+  free_.erase(std::remove_if(free_.begin(), free_.end(), [&](uint32_t id) { return chosen[id] != 0; }), free_.end());
+  for (uint32_t id : pick) {
+    Chunk& c = chunks_[id];
+    if (c.last_job != -1 && c.last_job != j.id) ++transfers_;
+    c.holder = j.id;
+    j.held.push_back(id);
+  }
+  j.granted += k;
+  j.peak_held = std::max<uint64_t>(j.peak_held, j.held_bytes(chunk_));
+  peak_held_ = std::max(peak_held_, held_bytes());
+  if (budget_ != kNone && held_bytes() > budget_) over_budget_peak_ = std::max(over_budget_peak_, held_bytes() - budget_);
+  if (over_budget) {
+    ++deadlock_grants_;
+    ++j.deadlock_grants;
+  }
+  finish_wait(j);
+  for (size_t off = 0; off < pick.size(); off += kMaxIds) {
+    Msg g = make_msg(kGrant, k, 0, j.pending.seq);
+    g.n = static_cast<uint32_t>(std::min<size_t>(kMaxIds, pick.size() - off));
+    std::vector<int> fds;
+    for (uint32_t i = 0; i < g.n; ++i) {
+      g.ids[i] = pick[off + i];
+      fds.push_back(chunks_[pick[off + i]].fd);
+    }
+    if (!send_packet(j.fd, &g, sizeof(g), fds.data(), fds.size())) {
+      disconnect(j);
+      return false;
+    }
+  }
+  return true;
+}
+
+void AgentServer::send_reclaims() {
+  const uint64_t held = held_bytes();
+  const uint64_t over = (budget_ != kNone && held > budget_) ? held - budget_ : 0;
+  for (auto& kv : jobs_) {
+    Job& x = kv.second;
+    if (!x.connected) continue;
+    uint64_t want = over;
+    if (!x.pending.active) {
+      for (auto& kw : jobs_) {
+        const Job& w = kw.second;
+        if (&w == &x || !w.connected || !w.pending.active || !w.pending.wait || w.held.size() > x.held.size()) continue;
+        const uint64_t need = w.pending.chunks * chunk_;
+        uint64_t shortfall = 0;
+        if (budget_ != kNone && held + need > budget_) shortfall = held + need - budget_;
+        if (free_.size() < w.pending.chunks) shortfall = std::max<uint64_t>(shortfall, (w.pending.chunks - free_.size()) * chunk_);
+        want = std::max(want, shortfall);
+      }
+    }
+    if (want == x.reclaim_sent) continue;
+    Msg r = make_msg(kReclaim, want);
+    if (send_packet(x.fd, &r, sizeof(r), nullptr, 0)) {
+      x.reclaim_sent = want;
+      if (want > 0) ++reclaims_sent_;
+    }
+  }
+}
+
+std::string AgentServer::stats_json() {
+  std::lock_guard<std::mutex> lk(mu_);
+  JsonWriter w;
+  w.open('{').key("pool").open('{');
+  w.num("capacity_bytes", chunks_.size() * chunk_).limit("budget_bytes", budget_).num("chunk_bytes", chunk_);
+  w.num("chunks_total", chunks_.size()).num("chunks_free", free_.size()).num("held_bytes", held_bytes());
+  w.num("peak_held_bytes", peak_held_).num("transfers", transfers_).num("transfer_bytes", transfers_ * chunk_);
+  w.num("scrubs", scrubs_).num("scrub_s", scrub_s_).num("deadlock_grants", deadlock_grants_).num("over_budget_bytes_peak", over_budget_peak_);
+  w.num("reclaims_sent", reclaims_sent_).num("wait_s", wait_s_);
+  w.close('}').key("jobs").open('[');
+  for (auto& kv : jobs_) {
+    const Job& j = kv.second;
+    w.open('{').num("job_id", j.id).num("tenant_id", j.tenant).num("held_bytes", j.held_bytes(chunk_));
+    w.num("peak_held_bytes", j.peak_held).num("chunks_granted", j.granted).num("chunks_returned", j.returned);
+    w.num("waits", j.waits).num("wait_s", j.wait_s).num("refused", j.refused);
+    w.num("deadlock_grants", j.deadlock_grants).num("bad_messages", j.bad_messages);
+    w.boolean("waiting", j.pending.active && j.pending.wait).boolean("connected", j.connected);
+    w.close('}');
+  }
+  w.close(']').close('}');
+  return w.take();
+}
+
+}  // namespace zico
