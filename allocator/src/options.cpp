@@ -124,7 +124,9 @@ bool parse_bytes(const char* text, uint64_t* out) {
   bool integral = false;
   size_t n = number_length(text, &integral);
   if (n == 0) return false;
-  const std::string unit = lower(text + n);
+  size_t u = n;
+  while (text[u] == ' ') ++u;  // "512 MiB" as well as "512MiB"
+  const std::string unit = lower(text + u);
   uint64_t mult = 0;
   if (unit.empty() || unit == "b") mult = 1;
   else if (unit == "k" || unit == "kib") mult = 1ull << 10;

@@ -18,7 +18,8 @@ namespace zico {
 // Accepted forms (one parser per kind, below):
 //   bytes:   a non-negative number (integer, decimal or exponent: 1048576, 1.5, 2e9) with an optional
 //            case-insensitive unit: B; K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024); KB, MB, GB, TB
-//            (powers of 1000). At most 2^60 bytes; fractions of a byte are truncated.
+//            (powers of 1000), optionally after a space. At most 2^60 bytes; fractions of a byte are
+//            truncated. The same forms as the Python side's workers.nvml.parse_bytes.
 //   boolean: 1/0, true/false, on/off, yes/no (case-insensitive).
 //   seconds: a non-negative decimal number, at most 1e6.
 //   count:   a positive integer, at most 2^26.

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from workers.nvml import parse_bytes
+
 GiB, MiB = 1 << 30, 1 << 20
 
 # Installs a host pool on device 1, allocates and frees once, and prints what the knobs did.
@@ -41,11 +43,12 @@ def probe(**knobs: str) -> dict:
 
 @pytest.mark.parametrize("text, expected", [
     ("8589934592", 8 * GiB), ("8GiB", 8 * GiB), ("8gib", 8 * GiB), ("8G", 8 * GiB), ("512MiB", 512 * MiB),
-    ("2e9", 2_000_000_000), ("1.5GB", 1_500_000_000), ("4096B", 4096),
+    ("2e9", 2_000_000_000), ("1.5GB", 1_500_000_000), ("4096B", 4096), ("512 MiB", 512 * MiB),
 ])
 def test_budget_bytes_accepts_every_documented_form(text, expected):
     got = probe(ZICO_BUDGET_BYTES=text)
     assert got["budget"] == expected and got["config_error"] == ""
+    assert parse_bytes(text) == expected  # the Python side's one parser reads the same forms alike
 
 
 @pytest.mark.parametrize("text, traced", [("off", False), ("OFF", False), ("no", False), ("0", False),
