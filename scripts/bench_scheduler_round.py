@@ -6,7 +6,8 @@ each), timed and printed with the memory-aware figures as ratios to the baseline
 round's SQL query count and its seconds per step (``RoundResult.timings``).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/zico_place REDIS_URL=redis://127.0.0.1:6379/3 \\
-        .venv/bin/python scripts/bench_scheduler_round.py [--jobs 1000] [--devices 256] [--status queued]
+        .venv/bin/python scripts/bench_scheduler_round.py [--jobs 1000] [--devices 256] [--status queued] \\
+        [--max-group 2]
 
 The database ``test_<name>`` is created and dropped; the tasks go to Redis on queues of a
 unique host, deleted at the end.
@@ -100,6 +101,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=256)
     ap.add_argument("--status", choices=["queued", "ready"], default="queued",
                     help="the jobs' status before the round (queued: the round also moves them to ready)")
+    ap.add_argument("--max-group", type=int, default=2, help="most jobs per device for the memory-aware policy")
     args = ap.parse_args()
     import redis
 
@@ -111,7 +113,8 @@ def main() -> None:
     queues: list[str] = []
     try:
         base, n_base, q1, t_base, nq_base = one_round(FirstFitFifo(), args.jobs, args.devices, args.status)
-        zico, n_zico, q2, t_zico, nq_zico = one_round(MemoryAware(), args.jobs, args.devices, args.status)
+        zico, n_zico, q2, t_zico, nq_zico = one_round(MemoryAware(max_group=args.max_group), args.jobs,
+                                                      args.devices, args.status)
         queues = q1 + q2
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -119,7 +122,7 @@ def main() -> None:
         for q in queues:
             r.delete(q)
     print(f"one scheduling round, {args.jobs} {args.status} jobs, {args.devices} empty devices "
-          f"(PostgreSQL + Redis, cold plan cache)")
+          f"(PostgreSQL + Redis, cold plan cache, memory-aware groups of up to {args.max_group})")
     print(f"  fifo first-fit (baseline)  {base:7.2f} s  placed {n_base}, {nq_base} SQL queries")
     print(f"  memory-aware               {zico:7.2f} s  placed {n_zico}, {nq_zico} SQL queries  "
           f"({zico / base:.2f}x baseline, {zico / max(n_zico, 1) * 1000:.2f} ms per placed job)")

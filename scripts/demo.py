@@ -148,7 +148,6 @@ def main() -> None:
 
     django.setup()
     from django.conf import settings
-    from django.db.models import Max
     from django.urls import reverse
     from django.utils import timezone
 
@@ -165,7 +164,7 @@ def main() -> None:
     host = settings.ZICO_HOST
 
     from demo_plan import checks, choose_budget, overlapping  # beside this script
-    from zico.scheduling.service import Scheduler
+    from zico.scheduling.service import make_policy
     from zico.scheduling.snapshot import compute_share
 
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
@@ -173,7 +172,7 @@ def main() -> None:
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated
     solo_reserved = sum(reserved)
     headroom = round(max(MIN_GATE_HEADROOM, 1 - solo_sum / solo_reserved + GATE_HEADROOM_MARGIN), 3)
-    policy = Scheduler().policy  # the scheduler's own policy, with its slowdown limit
+    policy = make_policy()  # the scheduler's own policy, with its slowdown limit (ZICO_MAX_SLOWDOWN)
     shares = [compute_share(c) for c in curves]
     choice = choose_budget(policy, curves, shares, reserved, feasible_floor(curves, reserved), 1 - headroom)
     budget, capacity = choice.budget_bytes, choice.capacity_bytes
@@ -244,7 +243,8 @@ def main() -> None:
     points = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_submit))
     log("waiting for the control consumer to store the device timeline up to the jobs' end")
     dev_peak = stored_device_peak(points, t_end)
-    budget_seen = points.aggregate(m=Max("budget_bytes"))["m"] or device.budget_bytes
+    device.refresh_from_db()
+    budget_now = device.budget_bytes  # the budget the demo gave the device: the checks hold the run to it
 
     print()
     print("=" * 78)
@@ -263,7 +263,7 @@ def main() -> None:
               f"{m.get('loss', float('nan')):.3f}" + (f", train accuracy {m['train_accuracy']:.2f}"
                                                        if "train_accuracy" in m else ""))
     print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; device capacity "
-          f"{mib(device.total_bytes)}; budget {mib(budget_seen)} (the scheduler co-locates this pair from "
+          f"{mib(device.total_bytes)}; budget {mib(budget_now)} (the scheduler co-locates this pair from "
           f"{mib(choice.lowest_accepted_bytes)} on)")
     if dev_peak:
         print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)} = "
@@ -271,7 +271,7 @@ def main() -> None:
     else:
         print(f"device peak reserved: no stored device points since submission; see {var_dir / 'consumer.log'}")
     print(f"device timeline: {args.base_url.rstrip('/')}{reverse('web-device-timeline', args=[device.pk])}")
-    results = checks([j.status for j in jobs], together, dev_peak, budget_seen, solo_reserved, str(device))
+    results = checks([j.status for j in jobs], together, dev_peak, budget_now, solo_reserved, str(device))
     for c in results:
         print(c.line())
     print("=" * 78)

@@ -5,7 +5,7 @@ throughput relative to solo and peak memory, and writes docs/experiment.md with 
 
     .venv/bin/python scripts/experiment.py --out docs/experiment.md
 
-Curves: the real GPU snapshots in /work/shared/data/torch-snapshots (importer
+Curves: the real GPU snapshots in tests/curves/data (xz-compressed; importer
 workers.curves.snapshot), plus CPU estimates of catalog workloads for an H100-class target
 (workers.curves.estimate; skipped with --no-estimates). The executor is placement.device_sim
 with the contention model stated in the table's header (compute share per job, an input).
@@ -13,6 +13,7 @@ with the contention model stated in the table's header (compute share per job, a
 from __future__ import annotations
 
 import argparse
+import lzma
 import math
 import sys
 import time
@@ -24,7 +25,7 @@ from placement.gating import minimal_feasible_budget
 from placement.groups import plan_group
 from placement.state import Job
 
-SNAPSHOTS = Path("/work/shared/data/torch-snapshots")
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "tests" / "curves" / "data"
 GIB = 2**30
 POINTS = 512  # curve steps kept per iteration (bin maxima: no peak is lost)
 
@@ -35,8 +36,8 @@ def load_curves(estimates: bool) -> dict[str, MemoryCurve]:
 
     out = {}
     for name, f in [("lm-A (snapshot)", "lm-fullstep-a.pickle"), ("lm-B ctx128 (snapshot)", "lm-ctx128-fullstep-b.pickle")]:
-        if (SNAPSHOTS / f).exists():
-            out[name] = resampled_curve(snapshot_curve(SNAPSHOTS / f), POINTS)
+        if (SNAPSHOTS / f"{f}.xz").exists():
+            out[name] = resampled_curve(snapshot_curve(lzma.decompress((SNAPSHOTS / f"{f}.xz").read_bytes())), POINTS)
     if estimates:
         from workers.curves.estimate import estimate_curve
 

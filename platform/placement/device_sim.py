@@ -190,7 +190,7 @@ class DeviceRun:
                 f1 = r.fraction + dt * sp / c.iteration_s
                 f = c.fractions[(c.fractions > r.fraction) & (c.fractions < f1)]
                 times.append((f - r.fraction) * c.iteration_s / sp)
-        # just after each step start (see groups.exact_peak: no zero-length rounding spikes),
+        # just after each step start (see shifts.exact_peak: no zero-length rounding spikes),
         # and only inside [0, dt): the interval's end belongs to the next interval
         ts = np.concatenate(times) + 1e-9 * dt
         ts = ts[ts < dt]

@@ -1,4 +1,6 @@
-"""Placement policies behind one interface, ``place(state) -> list[Placement]``.
+"""Placement policies behind one interface, ``decide(state) -> Decision`` (the placements and,
+for every queued job left out, why it waits: placement.reasons); ``place(state)`` is
+``decide(state).placements``.
 
 * :class:`FirstFitFifo` — the baseline: one job per device, FIFO order, first device that
   fits, with conservative backfill.
@@ -6,24 +8,40 @@
   saving at bounded predicted slowdown, weighted fair share of device-memory-seconds.
 
 Both respect tenant quotas and never put two tenants' jobs together unless both allow it.
-Policies are pure: the same state gives the same placements; they do not mutate the state.
+Policies are pure: the same state gives the same decision; they do not mutate the state.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Hashable, Protocol, Sequence
 
+from . import reasons
 from .gating import BUDGET_RTOL, minimal_feasible_budget
 from .groups import contention_factor, equal_periods, plan_group
-from .state import ClusterState, Device, Job, Placement, SharingPlan
+from .reasons import WaitReason
+from .state import ClusterState, Device, Job, JobId, Placement, SharingPlan
 from .tenancy import Quotas, fair_order, fifo_order, may_share
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer for one state: ``placements`` for some queued jobs, and ``waiting``, the
+    reason of every other queued job (job id -> :class:`placement.reasons.WaitReason`)."""
+
+    placements: list[Placement]
+    waiting: dict[JobId, WaitReason]
 
 
 class Policy(Protocol):
     name: str
 
+    def decide(self, state: ClusterState, explain: bool = True) -> Decision:
+        """Placements for (some of) ``state.queued`` and, with ``explain``, why each job left out
+        waits (else ``waiting`` is empty); jobs left out stay queued."""
+
     def place(self, state: ClusterState) -> list[Placement]:
-        """Placements for (some of) ``state.queued``; jobs left out stay queued."""
+        """``decide(state, explain=False).placements`` (the simulator and benchmarks need no reasons)."""
 
 
 class PlanCache:
@@ -64,20 +82,41 @@ class FirstFitFifo:
         self.cache = cache or PlanCache()
 
     def place(self, state: ClusterState) -> list[Placement]:
+        return self.decide(state, explain=False).placements
+
+    def decide(self, state: ClusterState, explain: bool = True) -> Decision:
         free = [d for d in state.devices if not d.running]
+        on = {d.id: list(d.running) for d in state.devices}  # what runs on each device, this round's placements too
         quotas = Quotas(state)
         out: list[Placement] = []
+        waiting: dict[JobId, WaitReason] = {}
+        explained: dict[tuple, WaitReason] = {}
         for job in fifo_order(state.queued):
-            if not quotas.allows(job) or not _fits_anywhere(job, state.devices):
+            why = quotas.refusal(job)
+            if why is None and not state.devices:
+                why = reasons.no_device()
+            elif why is None and not _fits_anywhere(job, state.devices):
+                why = reasons.no_device_fits(job, state.devices)
+            if why is not None:
+                if explain:
+                    waiting[job.id] = why
                 continue
             dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)), None)
-            if dev is None:
+            if dev is None:  # every device big enough runs a job: name the first
+                if explain:  # the same for every job of this curve and tenant until a job is placed
+                    key = (job.curve_key, job.tenant, len(out))
+                    if key not in explained:
+                        peak = job.peak_bytes
+                        first = next(d for d in state.devices if peak <= d.budget_bytes * (1 + BUDGET_RTOL))
+                        explained[key] = reasons.busy(job, first, on[first.id], 1)
+                    waiting[job.id] = explained[key]
                 continue
             plan = self.cache.plan([job], dev.budget_bytes)
             out.append(Placement(job.id, dev.id, plan))
             free.remove(dev)
+            on[dev.id].append(job)
             quotas.add(job)
-        return out
+        return Decision(out, waiting)
 
 
 class MemoryAware:
@@ -119,6 +158,9 @@ class MemoryAware:
         self.group_share = float(group_share)
 
     def place(self, state: ClusterState) -> list[Placement]:
+        return self.decide(state, explain=False).placements
+
+    def decide(self, state: ClusterState, explain: bool = True) -> Decision:
         groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
         budgets = {d.id: d.budget_bytes for d in state.devices}
         shares = {d.id: self.group_share if d.group_share is None else d.group_share for d in state.devices}
@@ -130,12 +172,25 @@ class MemoryAware:
         quotas = Quotas(state)
         left = len(state.queued)
         out: list[Placement] = []
+        waiting: dict[JobId, WaitReason] = {}
+        by_id = {d.id: d for d in state.devices}
+        # Note [Waiting reasons] in placement.reasons: a reason depends on the job only through its curve,
+        # compute share and tenant, and on the devices' groups, which change only when a job is placed
+        explained: dict[tuple, WaitReason] = {}
         for job in fair_order(state):
             left -= 1
-            if not quotas.allows(job):
+            why = quotas.refusal(job)
+            if why is not None:
+                if explain:
+                    waiting[job.id] = why
                 continue
             choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left)
             if choice is None:
+                if explain:
+                    key = (job.curve_key, job.compute_share, job.tenant, len(out))
+                    if key not in explained:
+                        explained[key] = self._explain(job, buckets, groups, shares, by_id, state)
+                    waiting[job.id] = explained[key]
                 continue
             dev_id, plan = choice
             sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
@@ -146,7 +201,7 @@ class MemoryAware:
             buckets.setdefault(self._signature(budgets[dev_id], shares[dev_id], groups[dev_id]), []).append(dev_id)
             out.append(Placement(job.id, dev_id, plan))
             quotas.add(job)
-        return out
+        return Decision(out, waiting)
 
     @staticmethod
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
@@ -194,6 +249,47 @@ class MemoryAware:
         if best_empty is not None:
             return best_empty, self.cache.plan([job], budgets[best_empty])
         return None
+
+
+    def _explain(self, job, buckets, groups, shares, by_id, state) -> WaitReason:
+        """Why :meth:`_choose` found no device for ``job``: each device's refusal, the checks of
+        :meth:`_choose` in its order, and the closest one (Note [Waiting reasons] in placement.reasons)."""
+        if not state.devices:
+            return reasons.no_device()
+        # each refusal as (closeness, order, how to word it): only the closest one is worded
+        refusals = []
+        peak = job.peak_bytes  # a max over the curve's samples: once
+        for n, ids in enumerate(buckets.values()):  # one device of each kind of device, as _choose
+            dev = by_id[ids[0]]
+            group = groups[dev.id]
+            if peak > dev.budget_bytes * (1 + BUDGET_RTOL):
+                refusals.append((reasons.closeness(reasons.NO_DEVICE_FITS), n,
+                                 lambda: reasons.no_device_fits(job, state.devices)))
+            elif not group:  # an empty device that fits: _choose would have taken it
+                continue
+            elif len(group) >= self.max_group:
+                refusals.append((reasons.closeness(reasons.DEVICE_BUSY), n,
+                                 lambda dev=dev, group=group: reasons.busy(job, dev, group, self.max_group)))
+            elif not may_share(job, group, state.tenants):
+                refusals.append((reasons.closeness(reasons.TENANTS_DO_NOT_SHARE), n, lambda dev=dev, group=group:
+                                 reasons.tenants_do_not_share(job, dev, group, state.tenants)))
+            else:
+                members, budget = group + [job], dev.budget_bytes * shares[dev.id]
+                factor = contention_factor([j.compute_share for j in members])
+                need = minimal_feasible_budget([j.curve for j in members])
+                if factor > self.max_slowdown:
+                    refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, factor), n, lambda dev=dev, group=group,
+                                     factor=factor: reasons.slowdown(job, dev, group, None, factor, self.max_slowdown)))
+                elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.plan(members, budget)) is None:
+                    refusals.append((reasons.closeness(reasons.NO_ROOM, need - budget), n, lambda dev=dev, group=group,
+                                     need=need, budget=budget: reasons.no_room(job, dev, group, need, budget)))
+                else:
+                    worst = max(range(len(members)), key=lambda k: plan.predicted_slowdown[k])
+                    refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, plan.predicted_slowdown[worst]), n,
+                                     lambda dev=dev, group=group, slowed=members[worst],
+                                     factor=plan.predicted_slowdown[worst]:
+                                     reasons.slowdown(job, dev, group, slowed, factor, self.max_slowdown)))
+        return min(refusals, key=lambda r: r[:2])[2]()
 
 
 def saving_bound(curves: Sequence, budget_bytes: float) -> float:

@@ -128,6 +128,11 @@ class Device:
             raise StateError(f"device {self.id!r} group_share: must lie in (0, 1], got {self.group_share}")
         object.__setattr__(self, "running", tuple(self.running))
 
+    @property
+    def label(self) -> str:
+        """``host:kindindex``, as the service names a device (zico.cluster.models.Device.__str__)."""
+        return f"{self.host}:{self.kind}{self.index}"
+
 
 @dataclass(frozen=True)
 class ClusterState:

@@ -16,6 +16,8 @@ import heapq
 from collections import defaultdict
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
+from . import reasons
+from .reasons import WaitReason
 from .state import ClusterState, Job, Tenant
 
 
@@ -67,12 +69,17 @@ class Quotas:
                 self.add(j)
 
     def allows(self, job: Job) -> bool:
+        return self.refusal(job) is None
+
+    def refusal(self, job: Job) -> WaitReason | None:
+        """Why ``job`` would exceed its tenant's quota now (a :data:`placement.reasons.QUOTA`
+        reason with the figures), or None when it fits."""
         t = self._tenants[job.tenant]
         if t.max_running_jobs is not None and self._jobs[job.tenant] + 1 > t.max_running_jobs:
-            return False
+            return reasons.quota("jobs", self._jobs[job.tenant], t.max_running_jobs)
         if t.max_device_bytes is not None and self._bytes[job.tenant] + job.peak_bytes > t.max_device_bytes:
-            return False
-        return True
+            return reasons.quota("bytes", self._bytes[job.tenant], t.max_device_bytes, job.peak_bytes)
+        return None
 
     def add(self, job: Job) -> None:
         self._jobs[job.tenant] += 1

@@ -89,21 +89,23 @@ class FallbackRedisCache(RedisCache):
 
 
 # -- counting -------------------------------------------------------------------------------------
-def hit(request, limit: str, key: str | None) -> tuple[bool, int]:
+def hit(request, limit: str, key: str | None, *, increment: bool = True) -> tuple[bool, int]:
     """Count one request against ``settings.RATE_LIMITS[limit]`` for ``key`` (None: the client IP, read by
     django-ratelimit from ``RATELIMIT_IP_META_KEY``, default ``REMOTE_ADDR``, IPv6 masked to /64).
 
-    Returns (over the limit, seconds until the window ends). A limit set to None never refuses.
-    Raises KeyError naming ``limit`` when it is not in ``settings.RATE_LIMITS``.
+    Returns (over the limit, seconds until the window ends). With ``increment=False`` nothing is counted
+    and "over" means one more request would be over (the window's count already is the limit). A limit
+    set to None never refuses. Raises KeyError naming ``limit`` when it is not in ``settings.RATE_LIMITS``.
     """
     rate = settings.RATE_LIMITS[limit]
     if rate is None:
         return False, 0
     usage = get_usage(request, group=f"zico.{limit}", key="ip" if key is None else (lambda _g, _r: key),
-                      rate=rate, increment=True)
+                      rate=rate, increment=increment)
     if usage is None:  # RATELIMIT_ENABLE off, or the count could not be read (fail open)
         return False, 0
-    return usage["should_limit"], max(1, int(usage["time_left"]))
+    over = usage["should_limit"] if increment else usage["count"] >= usage["limit"]
+    return over, max(1, int(usage["time_left"]))
 
 
 def _throttled(limit: str, what: str, wait: int) -> exceptions.Throttled:
@@ -141,27 +143,50 @@ class ApiUseThrottle(BaseThrottle):
         return True
 
 
+# Note [Only accepted submissions count]
+#     The submission limits (``job_submit_user``, ``job_submit_tenant``) count jobs stored, not requests:
+#     a submission is first checked against the counts (nothing counted), judged, and counted only once
+#     the job is stored (:func:`count_job_submission`). A user fixing a spec after a few 400s is not
+#     locked out. Concurrent submissions may each pass the check before any is counted, so a burst can
+#     overshoot a limit by the number of requests in flight at once; sequential ones never do.
 class JobSubmitUserThrottle(BaseThrottle):
-    """POST /api/jobs/: limit ``job_submit_user`` per user (counted whether or not the spec is valid)."""
+    """POST /api/jobs/: refuse (429) once ``job_submit_user`` accepted submissions were made by this user
+    in the window. Counts nothing itself (Note [Only accepted submissions count])."""
 
     def allow_request(self, request, view) -> bool:
         user = request.user
         if not getattr(user, "is_authenticated", False):
             return True
-        over, wait = hit(request, "job_submit_user", f"user:{user.pk}")
+        over, wait = hit(request, "job_submit_user", f"user:{user.pk}", increment=False)
         if over:
             raise _throttled("job_submit_user", f"job submissions by {user.get_username()}", wait)
         return True
 
 
 def check_job_submit_tenant(request, tenant) -> None:
-    """Count one job submission to ``tenant`` (limit ``job_submit_tenant``); raise ``Throttled`` when over.
+    """Raise ``Throttled`` once ``tenant`` had ``job_submit_tenant`` accepted submissions in the window;
+    counts nothing (Note [Only accepted submissions count]).
 
     Called by the jobs API once the tenant is known (DRF throttles run before the body is parsed).
     """
-    over, wait = hit(request, "job_submit_tenant", f"tenant:{tenant.pk}")
+    over, wait = hit(request, "job_submit_tenant", f"tenant:{tenant.pk}", increment=False)
     if over:
         raise _throttled("job_submit_tenant", f"job submissions to tenant {tenant.slug}", wait)
+
+
+def job_submit_wait(request, tenant=None) -> int:
+    """Seconds to wait before ``request.user`` may submit (to ``tenant``, when known); 0 when allowed now.
+    Counts nothing: the web form's check, the same as the API's throttle and tenant check."""
+    over, wait = hit(request, "job_submit_user", f"user:{request.user.pk}", increment=False)
+    if not over and tenant is not None:
+        over, wait = hit(request, "job_submit_tenant", f"tenant:{tenant.pk}", increment=False)
+    return wait if over else 0
+
+
+def count_job_submission(request, tenant) -> None:
+    """Count one accepted submission by ``request.user`` to ``tenant`` (both limits); never refuses."""
+    hit(request, "job_submit_user", f"user:{request.user.pk}")
+    hit(request, "job_submit_tenant", f"tenant:{tenant.pk}")
 
 
 def count_bad_token(request) -> None:

@@ -177,6 +177,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Every operation's 400/401/403/404/409/429 responses, written once (zico/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "zico.api.schema.add_error_responses"],
 }
 
 def _positive(var: str, default: int | float, cast=int):
@@ -217,6 +219,27 @@ ZICO_TIMELINE_RETENTION_S = _positive("ZICO_TIMELINE_RETENTION_S", 7 * 24 * 3600
 ZICO_MAX_WORKER_LOSSES = _positive("ZICO_MAX_WORKER_LOSSES", 3)
 # Seconds without a changed heartbeat after which a device's worker is declared lost (float).
 ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
+# Seconds a profiling run may take (float): the worker stops it at the first iteration boundary past it
+# and the job fails with that reason; the control consumer fails a job still profiling at twice this.
+ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
+
+# --- Scheduler (zico/scheduling/service.py) -----------------------------------------------
+# Bound on every co-located job's predicted slowdown (co-located iteration time over solo) that the
+# memory-aware policy accepts (placement.policies.MemoryAware max_slowdown); a float >= 1, 1 = no slowdown.
+def _slowdown_limit(var: str, default: float) -> float:
+    raw = env.str(var, default=str(default)).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not value >= 1 or value == float("inf"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{var}={raw!r}: expected a number >= 1 (a slowdown factor, e.g. 1.6)")
+    return value
+
+
+ZICO_MAX_SLOWDOWN = _slowdown_limit("ZICO_MAX_SLOWDOWN", 1.6)
 
 # --- Rate limits (zico/ratelimits.py) -------------------------------------------------------
 # Counters live in Redis (the "ratelimit" cache) so that every gunicorn process shares them. While Redis

@@ -44,3 +44,11 @@ def test_docs_page_loads_swagger_ui_from_our_own_static_files_only(client_for, p
         if url.endswith((".js", ".css", ".png")):
             path = parts.path.removeprefix(settings.STATIC_URL)  # STATIC_URL is "/static/" at run time
             assert finders.find(path), f"docs page references a static file we do not have: {url}"
+
+
+def test_the_job_schema_has_the_waiting_reason_read_only(client_for):
+    r = client_for(None).get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    job = r.json()["components"]["schemas"]["Job"]["properties"]
+    for field in ("waiting_reason", "waiting_kind", "waiting_since"):
+        assert job[field].get("readOnly") is True, (field, job[field])
+    assert "scheduler" in job["waiting_reason"]["description"]

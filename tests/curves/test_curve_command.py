@@ -46,6 +46,17 @@ def test_estimate_takes_the_roofline_clock_on_request(settings, tmp_path):
     assert not json.loads(out.getvalue())["meta"]["cost_model"].endswith("+measured-ops")
 
 
+def test_a_cuda_estimate_is_answered_from_the_cache_the_second_time_unless_no_cache(settings, tmp_path):
+    settings.ZICO_DATA_DIR, settings.VAR_DIR = tmp_path / "data", tmp_path / "var"
+    args = ("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0")
+    first, second, fresh = run(*args), run(*args), run(*args, "--no-cache")
+    assert "cache" not in first and "cache       hit " + str(tmp_path / "var" / "cache" / "estimates") in second
+    assert "cache" not in fresh
+    assert [line for line in first.splitlines() if line.startswith(("peak", "persistent", "iteration "))] == \
+        [line for line in second.splitlines() if line.startswith(("peak", "persistent", "iteration "))]
+    assert len(list((tmp_path / "var" / "cache" / "estimates").glob("*.json"))) == 1
+
+
 def test_list_shows_every_workload():
     text = run("list")
     for key in ("digits-cnn", "resnet18", "resnet50", "bert-base", "gpt2-small"):

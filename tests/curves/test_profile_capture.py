@@ -45,3 +45,18 @@ def test_running_totals_survive_lost_records_and_foreign_jobs():
     curve = trace_curve(allocator_records_to_trace(records, 5), warmup=1)
     assert curve.peak_bytes == 14 * MiB and curve.persistent_bytes == 10 * MiB
     assert curve.meta["phase_fractions"]["backward"] == pytest.approx(0.25 / 0.3, abs=1e-4)
+
+
+def test_a_stop_reason_ends_a_profiling_run_between_iterations_and_releases_its_memory(tmp_path):
+    from workers.curves.capture import ProfileStopped
+
+    seen = []
+
+    def stop(done):
+        seen.append(done)
+        return "over the limit" if done == 2 else None
+
+    with pytest.raises(ProfileStopped, match="over the limit"):
+        profile_curve("digits-cnn", {"batch_size": 32}, "cpu", tmp_path, warmup=1, steady=3, job_id=9001, stop=stop)
+    assert seen == [1, 2]  # asked after each iteration, never interrupted inside one
+    assert za.memory_stats(device="cpu")["allocated_bytes.all.current"] == 0

@@ -79,3 +79,20 @@ def test_the_query_count_does_not_grow_with_the_number_of_jobs(personas):
         counts.append(len(q.captured_queries))
     assert counts[0] == counts[1]
     assert Job.objects.filter(status="ready").count() == 42
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_every_move_clears_the_waiting_reason_in_the_row_and_in_memory(personas, bulk):
+    from django.utils import timezone
+
+    [job] = _jobs(personas, "ready")
+    Job.objects.filter(pk=job.pk).update(waiting_reason="tenant quota: 2 of 2 running jobs", waiting_kind="quota",
+                                         waiting_since=timezone.now())
+    job.refresh_from_db()
+    if bulk:
+        transition_many([job], "cancelled", reason="no longer needed")
+    else:
+        job.transition("cancelled", reason="no longer needed")
+    row = Job.objects.values("waiting_reason", "waiting_kind", "waiting_since").get(pk=job.pk)
+    assert row == {"waiting_reason": "", "waiting_kind": "", "waiting_since": None}
+    assert (job.waiting_reason, job.waiting_kind, job.waiting_since) == ("", "", None)

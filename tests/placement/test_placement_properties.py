@@ -104,14 +104,3 @@ def test_a_coordinated_device_never_exceeds_its_budget(data):
     assert not run.jobs, "every job finishes (no deadlock)"
     assert run.stats.violations == 0
     assert run.stats.peak_bytes <= budget * (1 + 1e-6)
-
-
-@SETTINGS
-@given(st.data())
-def test_refining_three_shifts_never_raises_their_exact_peak(data):
-    from placement.groups import _refine
-
-    group = data.draw(st.lists(curves(1.0), min_size=3, max_size=3))
-    start = [0] + data.draw(st.lists(st.integers(0, 63), min_size=2, max_size=2))
-    refined = _refine(group, list(start), 1.0, 64)
-    assert exact_peak(group, [k / 64 for k in refined]) <= exact_peak(group, [k / 64 for k in start]) * (1 + 1e-9)

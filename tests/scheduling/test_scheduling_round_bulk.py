@@ -41,9 +41,9 @@ def test_the_query_count_of_a_round_does_not_grow_with_jobs_and_devices(cluster,
 class CancelsDuringTheDecision(MemoryAware):
     """The memory-aware policy, while a user cancels the first job it puts on a shared device."""
 
-    def place(self, state):
-        out = super().place(state)
-        victim = out[0].job_id
+    def decide(self, state):
+        out = super().decide(state)
+        victim = out.placements[0].job_id
         Job.objects.get(pk=victim).transition("cancelled", reason="user changed their mind")
         self.victim = victim
         return out

@@ -179,3 +179,28 @@ def test_a_malformed_rate_in_the_environment_is_refused_at_start_naming_the_vari
                          text=True, timeout=120)
     assert out.returncode != 0
     assert "ZICO_RATE_API='lots'" in out.stderr
+
+
+def test_rejected_submissions_do_not_count_toward_the_submission_limits(personas, rates):
+    teammate = token_client(personas.teammate)
+    bad = {**JOB, "params": {"iterations": -1}}
+    with rates(job_submit_user="2/d", job_submit_tenant="2/d"):
+        assert [teammate.post("/api/jobs/", bad, format="json").status_code for _ in range(5)] == [400] * 5
+        assert [teammate.post("/api/jobs/", JOB, format="json").status_code for _ in range(2)] == [201, 201]
+        assert_429(teammate.post("/api/jobs/", JOB, format="json"), limit_text="job submissions by teammate")
+        assert teammate.post("/api/jobs/", bad, format="json").status_code == 429  # over: refused before judging
+    assert Job.objects.filter(owner=personas.teammate).count() == 2
+
+
+def test_rejected_web_form_submissions_do_not_count_either(personas, rates):
+    from django.test import Client
+
+    web = Client()
+    web.force_login(personas.teammate)
+    form = {"workload": "digits-cnn", "tenant": str(personas.tenant.pk), "priority": "0", "name": "x"}
+    with rates(job_submit_user="1/d", job_submit_tenant="100/d"):
+        for _ in range(3):  # a budget the form refuses: not stored, not counted
+            assert web.post("/jobs/new/", {**form, "budget_gib": "-1"}).status_code == 200
+        assert web.post("/jobs/new/", form).status_code == 302
+        assert web.post("/jobs/new/", form).status_code == 429
+    assert Job.objects.filter(owner=personas.teammate).count() == 1

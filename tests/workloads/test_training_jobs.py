@@ -103,3 +103,14 @@ def test_building_a_job_is_seeded_and_leaves_the_global_rng_alone(tmp_path):
     c = create_training_job("digits-cnn", {"seed": 8}, data_dir=tmp_path)
     wa, wb, wc = (next(j.model.parameters()) for j in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+def test_digits_images_are_scikit_learns_load_digits_read_without_importing_it():
+    from sklearn.datasets import load_digits
+
+    from workers.workloads.data import _digits_arrays
+
+    images, target = _digits_arrays()
+    d = load_digits()
+    assert images.shape == (1797, 8, 8) and images.dtype == d.images.dtype and target.dtype == d.target.dtype
+    assert (images == d.images).all() and (target == d.target).all()

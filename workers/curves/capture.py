@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -71,10 +71,18 @@ def allocator_records_to_trace(records: Iterable[Any], job_id: int) -> Trace:
     return Trace(np.asarray(times, dtype=np.float64), deltas, float(first_before), marks)
 
 
+class ProfileStopped(RuntimeError):
+    """A profiling run was stopped between two iterations; the message says why (time limit, cancel)."""
+
+
 def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
-                  data_dir: str | Path | None = None, *, iterations: int = 4, job_id: int | None = None) -> Trace:
+                  data_dir: str | Path | None = None, *, iterations: int = 4, job_id: int | None = None,
+                  stop: Callable[[int], str | None] | None = None) -> Trace:
     """Run ``iterations`` real iterations of catalog workload ``key`` on ``device`` through the Zico
-    allocator and return the job's :class:`Trace` (see :func:`profile_curve`)."""
+    allocator and return the job's :class:`Trace` (see :func:`profile_curve`).
+
+    ``stop(iterations_done)`` is called after each iteration; a non-empty reason it returns ends the run
+    with :class:`ProfileStopped` (the job's memory is released first)."""
     import torch
     import zico_allocator as za
 
@@ -99,19 +107,26 @@ def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = 
         job = create_training_job(key, params, device=str(target), data_dir=data_dir)
         marks = AllocatorMarks(za, job_id)
         records.extend(za.drain_trace())
+        reason = None
         for i in range(iterations):
             job.run_iteration(i, marks)
             if stream is not None:
                 stream.synchronize()
             records.extend(za.drain_trace())
+            reason = stop(i + 1) if stop is not None and i + 1 < iterations else None
+            if reason:
+                break
         del job
+    if reason:
+        za.drain_trace()
+        raise ProfileStopped(reason)
     records.extend(za.drain_trace())
     return allocator_records_to_trace(records, job_id)
 
 
 def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = "cpu",
                   data_dir: str | Path | None = None, *, warmup: int = 1, steady: int = 3,
-                  job_id: int | None = None) -> MemoryCurve:
+                  job_id: int | None = None, stop: Callable[[int], str | None] | None = None) -> MemoryCurve:
     """Run ``warmup + steady`` real iterations of catalog workload ``key`` on ``device`` through the
     Zico allocator and return its ``allocator-trace`` curve.
 
@@ -122,12 +137,13 @@ def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = 
         UnknownWorkload, ParamsError: bad key or params.
         zico_allocator.ZicoError: the allocator cannot be installed here.
         CurveError: the trace held no usable iteration.
+        ProfileStopped: ``stop`` (see :func:`profile_trace`) ended the run early.
     """
     import torch
 
     check_iterations(warmup, steady)
     wall = time.perf_counter()
-    trace = profile_trace(key, params, device, data_dir, iterations=warmup + steady, job_id=job_id)
+    trace = profile_trace(key, params, device, data_dir, iterations=warmup + steady, job_id=job_id, stop=stop)
     target = torch.device(device)
     label = f"cuda:{target.index or 0}" if target.type == "cuda" else "cpu"
     return trace_curve(trace, warmup=warmup, source="allocator-trace", device=label,

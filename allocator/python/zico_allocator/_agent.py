@@ -42,6 +42,7 @@ class AgentPool:
 
     def __init__(self, capacity_bytes: int, budget_bytes: int | None = None, chunk_bytes: int | None = None,
                  device: int | None = None):
+        self._handle = None
         cap = _positive(capacity_bytes, "capacity_bytes")
         budget = UNLIMITED if budget_bytes is None else _positive(budget_bytes, "budget_bytes")
         chunk = 0 if chunk_bytes is None else _positive(chunk_bytes, "chunk_bytes")
@@ -101,6 +102,12 @@ class AgentPool:
         if self._handle is not None:
             lib().zico_agent_destroy(self._handle)
             self._handle = None
+
+    def __del__(self):  # an unreferenced pool stops its server thread and closes its chunks
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass
 
     def __enter__(self) -> "AgentPool":
         return self

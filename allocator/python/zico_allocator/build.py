@@ -140,19 +140,22 @@ def ensure_shim() -> Path:
     return lib
 
 
-def build_stress(sanitize: str) -> Path:
-    """Builds the stress binary with `sanitize` ('address' = ASan+UBSan, 'thread' = TSan)."""
+def build_stress(sanitize: str, target: str = "zico_stress") -> Path:
+    """Builds a stress binary (`zico_stress`: the pool; `zico_agent_stress`: the agent pool across
+    processes) with `sanitize` ('address' = ASan+UBSan, 'thread' = TSan)."""
     if sanitize not in ("address", "thread"):
         raise ValueError(f"sanitize must be 'address' or 'thread', not {sanitize!r}")
+    if target not in ("zico_stress", "zico_agent_stress"):
+        raise ValueError(f"target must be zico_stress or zico_agent_stress, not {target!r}")
     build_dir = build_root() / f"stress-{sanitize}"
-    binary = build_dir / "zico_stress"
+    binary = build_dir / target
     sources = _sources("include", "src", "stress")
     if _stale(binary, sources):
         with _lock(build_root()):
             if _stale(binary, sources):
                 cmake_build(build_dir, defines={"ZICO_SANITIZE": sanitize, "ZICO_BUILD_STRESS": "ON",
                                                 "ZICO_WITH_CUDA": "OFF", "CMAKE_BUILD_TYPE": "RelWithDebInfo"},
-                            targets=["zico_stress"])
+                            targets=[target])
                 binary.touch()
     return binary
 

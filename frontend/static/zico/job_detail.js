@@ -1,5 +1,5 @@
 // Job detail page: draws the memory curve, then polls the job's memory JSON once a second and keeps
-// the live chart, its text summary, the status badge and the progress figures up to date.
+// the live chart, its text summary, the status badge, the waiting reason and the progress figures up to date.
 (function () {
   "use strict";
   const Z = window.Zico;
@@ -29,6 +29,9 @@
     });
     const s = d.job, badge = document.getElementById("job-status");
     badge.textContent = s.status; badge.className = `badge badge-${s.status}`;
+    const waiting = document.getElementById("job-waiting");  // the scheduler's reason; gone once placed
+    document.getElementById("job-waiting-reason").textContent = s.waiting_reason || "";
+    waiting.hidden = !s.waiting_reason;
     document.getElementById("stat-progress").innerHTML = `${s.iteration} <span class="muted">/ ${s.iterations ?? "?"}</span>`;
     document.getElementById("progress-bar").style.width = `${Math.round(100 * (s.progress || 0))}%`;
     if (s.iterations_per_s) document.getElementById("stat-throughput").innerHTML = `${s.iterations_per_s.toFixed(2)} <span class="muted">it/s</span>`;

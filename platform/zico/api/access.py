@@ -35,6 +35,19 @@ class IsClusterAdminOrReadOnly(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or is_cluster_admin(request.user)
 
 
+def refuse_other_keys(data, writable, read_only) -> None:
+    """400 naming every key of a PATCH body ``data`` outside ``writable``: "read-only" for the object's other
+    fields (``read_only``), "unknown field" for the rest. Every PATCH of the API refuses them the same way
+    rather than ignoring them (a silently dropped ``slug`` read as applied)."""
+    if not isinstance(data, dict):
+        return
+    others = sorted(set(data) - set(writable))
+    if others:
+        names = ", ".join(writable)
+        raise exceptions.ValidationError({k: [f"read-only: only {names} can be changed" if k in read_only else
+                                              f"unknown field: only {names} can be changed"] for k in others})
+
+
 def field_error(field: str, message: str) -> exceptions.ValidationError:
     """A 400 naming ``field``; a dotted field (``params.batch_size``) becomes a nested error."""
     head, _, rest = field.partition(".")

@@ -1,4 +1,5 @@
-"""Devices API: every signed-in user lists and reads devices; only cluster staff set budgets.
+"""Devices API: every signed-in user lists and reads devices; only cluster staff set budgets; a device's
+memory timeline is scoped like its page (zico/api/timelines.py).
 
 Devices are shared infrastructure, not tenant objects, so they are visible to all users; what
 runs on them (jobs, placements) is shown only through the tenant-scoped jobs API.
@@ -6,14 +7,16 @@ runs on them (jobs, placements) is shown only through the tenant-scoped jobs API
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from zico.cluster.models import BudgetError, Device
+from zico.cluster.models import BudgetConflict, BudgetError, Device
 
 from .access import IsClusterAdminOrReadOnly, field_error
 from .fields import StrictIntegerField
+from .timelines import CURSOR, DEVICE_TIMELINE, SINCE_EVENT, WINDOW, device_timeline_data
 
 
 class DeviceSerializer(serializers.ModelSerializer):
@@ -30,7 +33,8 @@ class DeviceSerializer(serializers.ModelSerializer):
 class DeviceBudgetSerializer(serializers.Serializer):
     """Body of PATCH /api/devices/<id>/: the budget is the only writable field; any other key is refused."""
 
-    budget_bytes = StrictIntegerField(help_text="bytes (a JSON integer); 0 < budget <= total_bytes")
+    budget_bytes = StrictIntegerField(help_text="bytes (a JSON integer); min(64 MiB, total_bytes) <= budget <= "
+                                                "total_bytes; 409 when below what the device's running jobs need")
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -56,6 +60,15 @@ class DeviceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
         body.is_valid(raise_exception=True)
         try:
             device.set_budget(body.validated_data["budget_bytes"], actor=request.user)
+        except BudgetConflict as exc:  # below what the running jobs need (Note [Budget under running jobs])
+            return Response({"budget_bytes": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         except BudgetError as exc:
             raise field_error(exc.field, str(exc)) from exc
         return Response(DeviceSerializer(device).data)
+
+    @extend_schema(responses={200: DEVICE_TIMELINE}, parameters=[WINDOW, CURSOR, SINCE_EVENT])
+    @action(detail=True, methods=["get"])
+    def timeline(self, request, pk=None):
+        """Per-job bands, pool, budget and events of the device (staff; admins/owners of a tenant that ran
+        a job on it, who see their own tenant's bands only; others 404)."""
+        return Response(device_timeline_data(request, pk))

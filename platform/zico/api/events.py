@@ -8,8 +8,9 @@ from zico.jobs.models import Event
 
 
 class EventSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    details = serializers.DictField(read_only=True)
 
     class Meta:
         model = Event

@@ -1,4 +1,5 @@
-"""Jobs API: list, retrieve, submit, cancel — scoped to the caller's tenants (cluster staff see all)."""
+"""Jobs API: list, retrieve, submit, cancel, events, profile, memory timeline — scoped to the caller's
+tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from django.db.models import Prefetch
@@ -11,12 +12,19 @@ from zico.cluster.models import Placement
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
-from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant
+from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant, count_job_submission
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
 from .fields import StrictIntegerField
 from .events import EventSerializer, paginated_events
+from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class ObjectJSONField(serializers.JSONField):
+    """A JSON field documented as an object (DRF's JSONField shows as "any"); what is not an object is
+    refused by the workload's params check, with its own message (zico.jobs.submission.validate_spec)."""
 
 
 class ProfileSummarySerializer(serializers.ModelSerializer):
@@ -27,6 +35,8 @@ class ProfileSummarySerializer(serializers.ModelSerializer):
 
 
 class ProfileSerializer(ProfileSummarySerializer):
+    curve = serializers.DictField(read_only=True, help_text="the memory curve (placement.curves contract)")
+
     class Meta(ProfileSummarySerializer.Meta):
         fields = [*ProfileSummarySerializer.Meta.fields, "curve"]
         read_only_fields = fields
@@ -34,14 +44,17 @@ class ProfileSerializer(ProfileSummarySerializer):
 
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     device = serializers.SerializerMethodField(help_text="id of the device of the job's active placement")
     profile = serializers.SerializerMethodField(help_text="the latest memory profile's headline figures")
+    params = serializers.DictField(read_only=True, help_text="the workload's params, defaults filled in")
+    metrics = serializers.DictField(read_only=True, help_text="iterations_per_s, peak_bytes, delay_s, slowdown, ...")
 
     class Meta:
         model = Job
         fields = ["id", "tenant", "owner", "name", "workload", "params", "budget_bytes", "priority", "status",
                   "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
+                  "waiting_reason", "waiting_kind", "waiting_since",
                   "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations", "device", "profile"]
         read_only_fields = fields
 
@@ -62,7 +75,7 @@ class JobSubmitSerializer(serializers.Serializer):
     tenant = serializers.SlugField(required=False, help_text="tenant slug; optional when you can submit to one")
     name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     workload = serializers.CharField(max_length=64, help_text="catalog key, see /api/workloads/")
-    params = serializers.JSONField(required=False, default=dict, help_text="workload params (its JSON Schema)")
+    params = ObjectJSONField(required=False, default=dict, help_text="workload params (its JSON Schema)")
     budget_bytes = StrictIntegerField(required=False, allow_null=True, default=None,
                                       help_text="bytes (a JSON integer); > 0, at most the largest device's total")
     priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
@@ -125,6 +138,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
                              budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"])
         except JobSpecError as exc:
             raise field_error(exc.field, exc.message) from exc
+        count_job_submission(request, d["tenant"])  # only accepted submissions count (zico.ratelimits)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer})
@@ -160,3 +174,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         if latest is None:
             raise exceptions.NotFound("this job has no memory profile yet")
         return Response(ProfileSerializer(latest).data)
+
+    @extend_schema(responses={200: JOB_TIMELINE}, parameters=[WINDOW, CURSOR])
+    @action(detail=True, methods=["get"])
+    def timeline(self, request, pk=None):
+        """The job's allocated/reserved bytes over time, stored and live (as the job page's chart)."""
+        return Response(job_timeline_data(request, self.get_object()))

@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from zico.jobs.transitions import ON_DEVICE
 from zico.tenants.models import QUOTA_FIELDS, SETTINGS_FIELDS, Membership, Role, RoleError, Tenant
 
-from .access import field_error, is_cluster_admin, require_manager
+from .access import field_error, is_cluster_admin, refuse_other_keys, require_manager
 from .events import EventSerializer, paginated_events
 
 
@@ -72,6 +72,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     def partial_update(self, request, slug=None):
         """Change settings (owners/admins) or quotas (staff); records tenant_change / quota_change Events."""
         tenant = self.get_object()
+        refuse_other_keys(request.data, (*SETTINGS_FIELDS, *QUOTA_FIELDS), TenantSerializer.Meta.fields)
         body = TenantSerializer(tenant, data=request.data, partial=True, context={"request": request})
         body.is_valid(raise_exception=True)
         changes = {k: v for k, v in body.validated_data.items() if k in QUOTA_FIELDS + SETTINGS_FIELDS}
@@ -87,7 +88,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
 
     @extend_schema(methods=["GET"], responses={200: MemberSerializer(many=True)})
     @extend_schema(methods=["POST"], request=MemberSerializer, responses={201: MemberSerializer})
-    @action(detail=True, methods=["get", "post"])
+    @action(detail=True, methods=["get", "post"], pagination_class=None)  # the whole list (no pages)
     def members(self, request, slug=None):
         """GET: the members (any member). POST {username, role}: add one (admins; owner role: owners)."""
         tenant = self.get_object()
@@ -126,6 +127,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
                     require_manager(tenant, request.user, Role.OWNER, "removing an owner")
                 m.remove(actor=request.user)
                 return Response(status=status.HTTP_204_NO_CONTENT)
+            refuse_other_keys(request.data, ("role",), MemberSerializer.Meta.fields)
             body = RoleSerializer(data=request.data)
             body.is_valid(raise_exception=True)
             new = body.validated_data["role"]

@@ -12,8 +12,16 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
-from placement.gating import DEFAULT_GATE_HEADROOM
+from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget
 from zico.queues import device_queue
+
+# Note [Budget floor]
+#     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
+#     Every catalog workload's smallest measured curve is several MiB of parameters plus the allocator's
+#     2 MiB segments, and a 1-byte budget was accepted before: its worker's allocator refused every
+#     allocation and its gate held every job. The floor is not a fit check (that is the running group's
+#     need, below, and the job's measured peak at submission); it only keeps obvious typos out.
+MIN_BUDGET_BYTES = 64 << 20
 
 HOST_VALIDATOR = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_-]*$", "letters, digits, '-' and '_' only")
 
@@ -45,6 +53,11 @@ class BudgetError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
+
+
+class BudgetConflict(BudgetError):
+    """A device budget is in range but below what the jobs now placed or running on the device need
+    (the API answers 409: the request is well formed, the device's state refuses it)."""
 
 
 class DeviceQuerySet(models.QuerySet):
@@ -111,10 +124,18 @@ class Device(models.Model):
     def set_budget(self, budget_bytes: int, *, actor=None) -> None:
         """Set the device budget in bytes and record a budget_change Event.
 
+        Note [Budget under running jobs]
+            A budget is refused (not applied later) when it is below what the device's running group
+            needs: ``placement.gating.minimal_feasible_budget`` over the latest curves of the jobs placed
+            or running on it (``max_i(peak_i + sum of the others' persistent bytes)``), divided by the
+            share of the budget its gate plans against (``1 - gate_headroom``). Below that figure the
+            worker's gate can hold no iteration of some job, so the job stalls with no reason shown.
+            To shrink a busy device, set it draining and lower the budget once its jobs have ended.
+
         Raises:
-            BudgetError: when ``budget_bytes`` is not an int in [1, total_bytes]. A budget of 0 is refused:
-                a device that should take no new jobs is set to status draining instead (the allocator would
-                refuse every allocation of a job already running under a zero budget).
+            BudgetError: ``budget_bytes`` is not an int in [min(MIN_BUDGET_BYTES, total_bytes), total_bytes].
+                A budget of 0 is refused: a device that should take no new jobs is set to status draining.
+            BudgetConflict: the budget is below the running group's need (see the Note); nothing is written.
         """
         from zico.jobs.models import Event
 
@@ -125,12 +146,44 @@ class Device(models.Model):
                                               "a device, set its status to draining)")
         if budget_bytes > self.total_bytes:
             raise BudgetError("budget_bytes", f"{budget_bytes} exceeds the device total of {self.total_bytes} bytes")
-        old = self.budget_bytes
+        floor = min(MIN_BUDGET_BYTES, self.total_bytes)
+        if budget_bytes < floor:
+            raise BudgetError("budget_bytes", f"{budget_bytes} bytes is below the floor of {floor} bytes "
+                                              f"({floor >> 20} MiB, zico.cluster.models.MIN_BUDGET_BYTES)")
+        # Lock the row as Placement.open_many does, so no group is placed between this check and the write.
+        locked = Device.objects.select_for_update().get(pk=self.pk)
+        need, job_ids = locked.running_group_need()
+        if budget_bytes < need:
+            raise BudgetConflict("budget_bytes", (
+                f"{budget_bytes} bytes is below what the jobs running on {self} need: jobs "
+                f"{', '.join(map(str, job_ids))} need at least {need} bytes (their minimal feasible budget over "
+                f"the gate's {1 - locked.gate_headroom:.0%} share of the budget); set the device draining and "
+                "lower the budget once they end"))
+        old = locked.budget_bytes
+        self.budget_bytes = budget_bytes
         if old == budget_bytes:
             return
-        self.budget_bytes = budget_bytes
-        self.save(update_fields=["budget_bytes"])
+        Device.objects.filter(pk=self.pk).update(budget_bytes=budget_bytes)
         Event.record(Event.Kind.BUDGET_CHANGE, device=self, actor=actor, old_bytes=old, new_bytes=budget_bytes)
+
+    def running_group_need(self) -> tuple[int, list[int]]:
+        """(least budget in bytes the jobs placed or running here can run under, their ids): see
+        Note [Budget under running jobs]. (0, []) when no such job has a stored curve."""
+        from zico.jobs.models import Job, MemoryProfile
+        from zico.jobs.transitions import ON_DEVICE
+
+        ids = sorted(set(Job.objects.filter(status__in=ON_DEVICE, placements__device=self,
+                                            placements__ended_at__isnull=True).values_list("pk", flat=True)))
+        curves, with_curve = [], []
+        for pk in ids:
+            profile = MemoryProfile.objects.filter(job_id=pk).order_by("-created_at", "-id").first()
+            if profile is not None:
+                curves.append(profile.memory_curve())
+                with_curve.append(pk)
+        if not curves:
+            return 0, []
+        share = 1 - self.gate_headroom
+        return int(-(-minimal_feasible_budget(curves) // share)), with_curve
 
     def heartbeat(self, when=None) -> None:
         """Mark the device (and its node) as seen now."""

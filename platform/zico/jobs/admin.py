@@ -24,7 +24,8 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["status", "tenant", "workload", "created_at"]
     search_fields = ["name", "workload", "owner__username", "tenant__slug"]
     readonly_fields = ["status", "created_at", "updated_at", "status_changed_at", "started_at", "finished_at",
-                       "failure_reason", "attempts", "lost_count", "progress_iteration"]
+                       "failure_reason", "waiting_reason", "waiting_kind", "waiting_since", "attempts", "lost_count",
+                       "progress_iteration"]
     inlines = [MemoryProfileInline]
     actions = ["cancel_jobs"]
 

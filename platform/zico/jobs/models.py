@@ -57,6 +57,14 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     failure_reason = models.TextField(blank=True, editable=False)
+    # Why a job that waits for a device is not placed (placement.reasons), rewritten by each scheduler round
+    # while it waits and cleared by its next status move (Note [Waiting reasons] in zico.scheduling.waiting).
+    waiting_reason = models.TextField(blank=True, editable=False,
+                                      help_text="why the scheduler did not place it in its last round")
+    waiting_kind = models.CharField(max_length=24, blank=True, editable=False,
+                                    help_text="placement.reasons kind, e.g. slowdown_limit, quota")
+    waiting_since = models.DateTimeField(null=True, blank=True, editable=False,
+                                         help_text="when the scheduler first gave it a waiting reason")
     metrics = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder,
                                help_text="iterations_per_s, peak_bytes, delay_s, slowdown, ...")
     # Scheduler/worker bookkeeping.
@@ -105,6 +113,12 @@ class Job(models.Model):
         if user.is_staff or self.tenant.has_role(user, Role.ADMIN):
             return True
         return self.owner_id == user.pk and self.tenant.has_role(user, Role.MEMBER)
+
+    def profile_spec(self) -> dict[str, Any]:
+        """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
+        ``{"workload", "params", "time_limit_s"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``."""
+        return {"workload": self.workload, "params": self.params or {},
+                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
@@ -171,6 +185,7 @@ class Event(models.Model):
         QUOTA_CHANGE = "quota_change", "Quota change"
         TENANT_CHANGE = "tenant_change", "Tenant settings change"
         OUTAGE = "outage", "Service outage"  # Redis or the database unreachable, recorded once it is back
+        WAITING = "waiting", "Waiting"  # the scheduler's reason for not placing the job changed
 
     time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
     kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)

@@ -12,10 +12,10 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 
-from zico.cluster.models import Device
+from zico.cluster.models import MIN_BUDGET_BYTES, Device
 from zico.tenants.models import Role, Tenant
 
-from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job
+from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job, MemoryProfile
 from .transitions import JobStatus
 
 
@@ -53,6 +53,41 @@ def validate_spec(workload: str, params: dict[str, Any] | None) -> dict[str, Any
         raise JobSpecError(field, exc.message) from exc
 
 
+def known_peak(workload: str, full_params: dict[str, Any]) -> tuple[int, MemoryProfile] | None:
+    """(peak bytes, profile) of the newest stored memory profile of any job with this workload and exactly
+    these params (defaults filled in), or None when no such job was ever profiled.
+
+    Note [Refusing misfits at submission]
+        A job is refused before it is queued only when its memory need is already known: an identical
+        earlier job (same workload, same full params) has a MemoryProfile, measured by a worker or
+        stored by ``manage.py curve``. Estimating here instead would import torch and run the workload
+        under fake tensors in the web process (seconds for ResNet-50), so a first job of a kind is
+        accepted, profiled (bounded by ``ZICO_PROFILE_TIME_LIMIT_S``) and failed by the scheduler with
+        the same figures if it fits nowhere; later identical submissions are refused at once.
+    """
+    profile = (MemoryProfile.objects.filter(job__workload=workload, job__params=full_params)
+               .order_by("-created_at", "-id").first())
+    if profile is None:
+        return None
+    return int(profile.peak_bytes), profile
+
+
+def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes: int | None) -> None:
+    """Raise JobSpecError when the job's known peak (:func:`known_peak`) exceeds its own ``budget_bytes``
+    or every registered device's budget (the scheduler's own test, zico.scheduling.snapshot)."""
+    known = known_peak(workload, full_params)
+    if known is None:
+        return
+    peak, profile = known
+    source = f"the measured peak of job {profile.job_id}, same workload and params"
+    if budget_bytes is not None and peak > budget_bytes:
+        raise JobSpecError("budget_bytes", f"needs ≥ {peak} bytes ({source}); its budget_bytes is {budget_bytes}")
+    largest = Device.objects.aggregate(m=models.Max("budget_bytes"))["m"]
+    if largest is not None and peak > largest:
+        raise JobSpecError("params", f"needs ≥ {peak} bytes ({source}); the largest device budget is "
+                                     f"{largest} bytes (shrink the batch or the model)")
+
+
 def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] | None = None,
                budget_bytes: int | None = None, priority: int = 0, name: str = "") -> Job:
     """Validate and store a new queued job.
@@ -61,14 +96,15 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
         tenant: the tenant that owns the job; ``owner`` must be a member with role member or higher.
         workload: catalog key (``workers.workloads.catalog``).
         params: workload params; checked against the workload's JSON Schema, defaults filled in.
-        budget_bytes: the most bytes the job may hold; > 0 and at most the largest device's
-            ``total_bytes`` (unchecked while no device is registered). Required when the tenant has
-            a ``max_total_budget_bytes`` quota.
+        budget_bytes: the most bytes the job may hold; at least ``MIN_BUDGET_BYTES`` (64 MiB) and at
+            most the largest device's ``total_bytes`` (unchecked while no device is registered).
+            Required when the tenant has a ``max_total_budget_bytes`` quota.
         priority: PRIORITY_MIN..PRIORITY_MAX, higher goes first.
     Raises:
         PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
         JobSpecError: naming the field, for an unknown workload, params outside the schema, a
-            non-positive budget, a budget above the largest device, or an exceeded quota.
+            budget below ``MIN_BUDGET_BYTES`` or above the largest device, a known peak that fits
+            nowhere (:func:`refuse_known_misfit`), or an exceeded quota.
     """
     if not tenant.has_role(owner, Role.MEMBER):
         raise PermissionDenied(f"{owner} may not submit jobs to {tenant.slug} (role member or higher needed)")
@@ -83,10 +119,14 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
         budget_bytes = _check_int("budget_bytes", budget_bytes)
         if budget_bytes <= 0:
             raise JobSpecError("budget_bytes", f"must be a positive number of bytes, got {budget_bytes}")
+        if budget_bytes < MIN_BUDGET_BYTES:
+            raise JobSpecError("budget_bytes", f"{budget_bytes} bytes is below the floor of {MIN_BUDGET_BYTES} "
+                                               f"bytes ({MIN_BUDGET_BYTES >> 20} MiB)")
         largest = Device.objects.largest_total_bytes()
         if largest is not None and budget_bytes > largest:
             raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
                                                f"of {largest} bytes")
+    refuse_known_misfit(workload, full_params, budget_bytes)
     with transaction.atomic():
         # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)

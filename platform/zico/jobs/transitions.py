@@ -93,7 +93,8 @@ def _check_target(to: str, reason: str) -> None:
 
 # The Job fields a move may change, refreshed on the caller's object by transition.
 _MOVED_FIELDS = ("status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
-                 "failure_reason", "metrics", "updated_at", "profiling_device_id")
+                 "failure_reason", "metrics", "updated_at", "waiting_reason", "waiting_kind", "waiting_since",
+                 "profiling_device_id")
 
 
 def transition(job, to: str, *, reason: str = "", actor=None, device=None,
@@ -156,7 +157,8 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
     A fixed number of queries whatever the number of jobs: the rows are locked and read
     (``SELECT … FOR UPDATE``, in id order), every current status is checked against the table,
     then one conditional ``UPDATE … WHERE id IN (…) AND status IN (<statuses that may move to
-    to>)`` whose row count must equal the number of jobs, and one bulk insert of the Events. The
+    to>)`` whose row count must equal the number of jobs, and one bulk insert of the Events. Every
+    move clears the waiting reason (``waiting_reason``, ``waiting_kind``, ``waiting_since``); the
     side effects per target: ``running``: attempts + 1 and started_at kept or set; ``lost``:
     lost_count + 1; terminal: finished_at; ``failed``: failure_reason; ``profiling``: profiling_device
     (the Event's device), cleared by every other move. There is no ``metrics``
@@ -193,6 +195,7 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
             "attempts", "started_at", "lost_count")} if to in (S.RUNNING, S.LOST) else {}
     for job in jobs:
         job.status, job.status_changed_at, job.updated_at = to, now, now
+        job.waiting_reason, job.waiting_kind, job.waiting_since = "", "", None
         if to in TERMINAL:
             job.finished_at = now
         if to == S.FAILED:
@@ -223,7 +226,9 @@ def _write_moves(jobs: list, to: str, reason: str, actor, device_by_job: dict, d
         if not is_allowed(rows.get(pk, "missing"), to):
             raise IllegalTransition(pk, rows.get(pk, "missing"), to)
     now = timezone.now()
-    fields: dict[str, Any] = {"status": to, "status_changed_at": now, "updated_at": now}
+    # a move ends the wait the scheduler explained; the next round explains afresh if the job still waits
+    fields: dict[str, Any] = {"status": to, "status_changed_at": now, "updated_at": now,
+                              "waiting_reason": "", "waiting_kind": "", "waiting_since": None}
     if to == S.RUNNING:
         fields.update(attempts=F("attempts") + 1, started_at=Coalesce(F("started_at"), now))
     elif to == S.LOST:

@@ -69,7 +69,7 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
             log.warning("job %s is profiling on an unknown device; not resent", job.pk)
             continue
         outbox.append((profile_task, job.pk, device.queue,
-                       [job.pk, {"workload": job.workload, "params": job.params or {}}]))
+                       [job.pk, job.profile_spec()]))
         events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=device,
                             details={"action": RESENT, "task": profile_task, "reason": reason}))
     Event.objects.bulk_create(events)

@@ -11,17 +11,19 @@ One round:
 2. moves ``queued`` jobs on (two bulk moves): to ``ready`` when a curve is stored, else to
    ``profiling`` with a ``zico.device.profile_job`` task on a device queue;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
-4. asks the policy (placement.policies) for placements and opens them with
+4. asks the policy (placement.policies) for a decision — placements, and why every other ready
+   job waits — and opens the placements with
    :meth:`zico.cluster.models.Placement.open_many` (a fixed number of queries per call), which
    re-checks under row locks that every job is still ``ready``, the device online and the
    tenant rules kept (the conditional claim: a job moved by anyone else meanwhile is skipped,
    never placed twice) — ``CHUNK_DEVICES`` devices per transaction;
 5. after each commit, sends the tasks of what it committed (one ``zico.device.run_job`` per
-   placed job, to its device's queue) in one Redis pipeline.
+   placed job, to its device's queue) in one Redis pipeline;
+6. stores the waiting reasons that changed (Note [Waiting reasons] in zico.scheduling.waiting).
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
-``profile_job(job_id, {"workload", "params"})``.
+``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}).
 """
 from __future__ import annotations
 
@@ -30,16 +32,19 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from placement.gating import DEFAULT_GATE_HEADROOM
-from placement.policies import MemoryAware, Policy
+from placement import reasons
+from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
+from . import waiting
 from .recovery import unsent_tasks
-from .snapshot import take_snapshot
+from .snapshot import take_snapshot, unavailable_reason
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ log = logging.getLogger(__name__)
 ROUND_LOCK_KEY = 0x7A69636F2D736368
 CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
 SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
+POLICIES = ("memory-aware", "fifo")  # names of make_policy (runscheduler --policy)
 RUN_TASK = "zico.device.run_job"
 PROFILE_TASK = "zico.device.profile_job"
 
@@ -60,10 +66,11 @@ class RoundResult:
     profiling: list[int] = field(default_factory=list)      # queued -> profiling (task sent)
     failed: list[int] = field(default_factory=list)         # ready -> failed (fits no device)
     placed: dict[int, int] = field(default_factory=dict)    # job id -> placement id
+    waiting: dict[int, reasons.WaitReason] = field(default_factory=dict)  # job left waiting -> why
     resent: list[int] = field(default_factory=list)         # jobs whose task was resent (first round only)
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per step: advance, snapshot, decide, write, send
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per step (advance, decide, waiting, ...)
 
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
@@ -103,15 +110,28 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
     return sent
 
 
+def make_policy(name: str = "memory-aware") -> Policy:
+    """The service's policy by name, with its settings: ``memory-aware`` (slowdown limit
+    ``settings.ZICO_MAX_SLOWDOWN``; groups planned with each device's registered gate share, and
+    ``1 - DEFAULT_GATE_HEADROOM`` for a device without one) or ``fifo``.
+
+    Raises:
+        ValueError: an unknown name (the message lists :data:`POLICIES`).
+    """
+    if name == "memory-aware":
+        return MemoryAware(max_slowdown=settings.ZICO_MAX_SLOWDOWN, group_share=1 - DEFAULT_GATE_HEADROOM)
+    if name == "fifo":
+        return FirstFitFifo()
+    raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")
+
+
 class Scheduler:
     """Runs scheduling rounds with one policy; keeps the policy (and its plan cache) between
     rounds. Call :meth:`run_round` outside any transaction: tasks are sent when its own
     transactions have committed."""
 
     def __init__(self, policy: Policy | None = None) -> None:
-        # groups planned with each device's gate share (its worker's --gate-headroom, registered in
-        # worker_up); this default only serves devices without one
-        self.policy = policy or MemoryAware(group_share=1 - DEFAULT_GATE_HEADROOM)
+        self.policy = policy or make_policy()
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
 
     def run_round(self) -> RoundResult:
@@ -144,8 +164,12 @@ class Scheduler:
                     if try_transition(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
                         res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
-            for p in self.policy.place(snap.state):
+            decision = self.policy.decide(snap.state)
+            for p in decision.placements:
                 by_device[p.device_id].append(p)
+            peaks = {j.id: j.peak_bytes for j in snap.state.queued}
+            res.waiting.update({pk: reasons.unavailable_devices(r, peaks[pk], snap.unavailable)
+                                for pk, r in decision.waiting.items()})
             clock("decide")
             items = list(by_device.items())
             for i in range(0, len(items), CHUNK_DEVICES):
@@ -154,6 +178,9 @@ class Scheduler:
                 clock("write")
                 self._flush(res)
                 clock("send")
+            waiting.record([(snap.jobs[pk], r) for pk, r in res.waiting.items() if pk in snap.jobs],
+                           JobStatus.READY)
+            clock("waiting")
         finally:
             _unlock_round()
         return res
@@ -180,13 +207,18 @@ class Scheduler:
         res.ready += [j.pk for j in ready]
         profiler = _profiling_device() if len(ready) < len(queued) else None
         if profiler is None:
+            if len(ready) < len(queued):  # no online device to profile on
+                why = reasons.no_profiling_device(_unavailable_devices())
+                left = [j for j in queued if j.pk not in with_curve]
+                res.waiting.update({j.pk: why for j in left})
+                waiting.record([(j, why) for j in left], JobStatus.QUEUED)
             return
         profiling = [j for j in queued if j.pk not in with_curve]
         transition_many(profiling, JobStatus.PROFILING, device=profiler)
         for job in profiling:
             res.profiling.append(job.pk)
             res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
-                               [job.pk, {"workload": job.workload, "params": job.params or {}}]))
+                               [job.pk, job.profile_spec()]))
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)
@@ -200,6 +232,8 @@ class Scheduler:
                 self._placed(snap, device, jobs, got, res)
             else:
                 log.info("placement on %s refused: %s", device, got)
+                if len(jobs) == 1:
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device))
                 if len(jobs) > 1:
                     retry += [(device, [j], p.plan) for j, p in zip(jobs, ps)]
         if retry:
@@ -208,6 +242,7 @@ class Scheduler:
                     self._placed(snap, device, jobs, got, res)
                 else:
                     log.info("placement on %s refused: %s", device, got)
+                    res.waiting[jobs[0].pk] = reasons.placement_refused(str(device))
 
     @staticmethod
     def _placed(snap, device: Device, jobs: list, placement: Placement, res: RoundResult) -> None:
@@ -245,6 +280,12 @@ def _unlock_round() -> None:
             cur.execute("SELECT pg_advisory_unlock(%s)", [ROUND_LOCK_KEY])
     except Exception:  # the connection is gone, and its session's lock with it
         log.warning("could not release the scheduling lock explicitly", exc_info=True)
+
+
+def _unavailable_devices() -> list[tuple[str, float, str]]:
+    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason."""
+    return [(str(d), float(d.budget_bytes), why) for d in Device.objects.select_related("node")
+            if (why := unavailable_reason(d))]
 
 
 def _profiling_device() -> Device | None:

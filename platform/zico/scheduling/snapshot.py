@@ -38,6 +38,9 @@ class Snapshot:
     jobs: dict[int, Job] = field(default_factory=dict)              # ready job id -> row
     curves: dict[int, dict[str, Any]] = field(default_factory=dict)  # job id -> curve JSON
     unplaceable: list[tuple[Job, str]] = field(default_factory=list)  # (ready job, why it can never run)
+    # devices the policy does not see, (label, budget bytes, why): offline, draining, no budget, or running a
+    # job of unknown memory use; they name the device a waiting job needs (placement.reasons.unavailable_devices)
+    unavailable: list[tuple[str, float, str]] = field(default_factory=list)
 
 
 def compute_share(curve: MemoryCurve) -> float:
@@ -108,6 +111,20 @@ def _usage(now) -> dict[int, float]:
     return usage
 
 
+def unavailable_reason(d: Device, blind: frozenset[int] | set[int] = frozenset()) -> str:
+    """Why no job may be placed on ``d`` now (words for a waiting reason: "offline", "draining", ...),
+    or ``""``; ``blind``: devices running a job whose curve is unusable."""
+    if d.node.status != Status.ONLINE:
+        return f"on a node that is {d.node.status}"
+    if d.status != Status.ONLINE:
+        return d.status
+    if d.budget_bytes <= 0:
+        return "given no budget"
+    if d.pk in blind:
+        return "running a job whose memory use is unknown"
+    return ""
+
+
 def take_snapshot(now=None) -> Snapshot:
     """Build the policy's view of the cluster from the database.
 
@@ -136,9 +153,12 @@ def take_snapshot(now=None) -> Snapshot:
         else:
             on_device.setdefault(dev_id, []).append(js)
     devices = []
-    all_budgets = list(Device.objects.values_list("budget_bytes", flat=True))
-    for d in Device.objects.filter(status=Status.ONLINE, budget_bytes__gt=0, node__status=Status.ONLINE).select_related("node"):
-        if d.pk in blind:
+    registered = list(Device.objects.select_related("node"))
+    all_budgets = [d.budget_bytes for d in registered]
+    for d in registered:
+        why = unavailable_reason(d, blind)
+        if why:
+            snap.unavailable.append((str(d), float(d.budget_bytes), why))
             continue
         snap.devices[d.pk] = d
         devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host,

@@ -39,7 +39,7 @@ from zico.jobs.transitions import JobStatus as S
 
 from . import handlers, keys
 from .downsample import Downsampler
-from .liveness import Liveness
+from .liveness import Liveness, fail_overdue_profiles
 from .models import prune
 
 log = logging.getLogger(__name__)
@@ -216,10 +216,12 @@ class ControlConsumer:
 
     # -- periodic work ------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Store finished seconds, detect lost workers, push budgets and cancellations; prune hourly data."""
+        """Store finished seconds, detect lost workers and overdue profiling runs, push budgets and
+        cancellations; prune hourly data."""
         now = time.time()
         self._store(self.downsampler.flush(now))
         self.liveness.check(self.redis)
+        fail_overdue_profiles(self.redis)
         self.push_budgets()
         self.push_cancellations()
         if time.monotonic() >= self._next_prune:

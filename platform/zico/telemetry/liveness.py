@@ -1,4 +1,5 @@
-"""Lost-worker detection: a device whose heartbeat key stops changing for ``lost_after_s`` is declared lost.
+"""Lost-worker detection: a device whose heartbeat key stops changing for ``lost_after_s`` is declared lost;
+and the backstop of the profiling time limit: a job still profiling at twice the limit is failed.
 
 Note [Heartbeats without clock skew]
     Workers refresh ``zico:worker:<dev>:heartbeat`` every second with a new value. The consumer does not
@@ -9,6 +10,12 @@ Note [Heartbeats without clock skew]
     Redis outage never reads as a dead worker.
     The jobs of a lost device are the ones placed or running there and the ones it was profiling
     (``Job.profiling_device``); all go back to the queue (:func:`zico.telemetry.handlers.declare_lost`).
+
+Note [A lost device comes back]
+    A device declared lost is set offline, but its heartbeat key is still read. When its value changes
+    again (the worker was stalled, not dead, or its link came back), the device and its node are set
+    online again and the consumer pushes its budget as for any online device. A worker that restarts
+    sends ``worker_up``, which sets the device online as well (zico.telemetry.handlers.on_worker_up).
 """
 from __future__ import annotations
 
@@ -19,9 +26,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from zico.cluster.models import Device
+from zico.cluster.models import Device, Node, Status
 from zico.jobs.models import Job
-from zico.jobs.transitions import JobStatus as S
+from zico.jobs.transitions import JobStatus as S, try_transition
 
 from . import keys
 from .handlers import declare_lost
@@ -47,17 +54,23 @@ class Liveness:
         """Read every device's heartbeat; declare lost the silent ones. Returns the devices declared lost."""
         now = self.clock()
         devices = {keys.device_key(d.kind, d.node.host, d.index): d
-                   for d in Device.objects.select_related("node").exclude(status="offline")}
+                   for d in Device.objects.select_related("node")}
         names = list(devices)
         values = r.mget([keys.heartbeat_key(dev) for dev in names]) if names else []
         lost = []
         for dev, value in zip(names, values):
             last_value, since = self._seen.get(dev, (None, now))
             if dev not in self._seen or value != last_value:
+                first = dev not in self._seen
                 self._seen[dev] = (value, now)
                 if value is not None:
                     devices[dev].heartbeat(timezone.now())
                     self._down.discard(dev)
+                    if not first and devices[dev].status == Status.OFFLINE:
+                        self._revive(devices[dev])
+                continue
+            if devices[dev].status == Status.OFFLINE:
+                self._down.add(dev)  # already offline (lost before this process started): nothing to declare
                 continue
             if now - since > self.lost_after_s and dev not in self._down:
                 self._down.add(dev)
@@ -71,5 +84,36 @@ class Liveness:
                  | Q(status=S.PROFILING, profiling_device=dev))  # a profile runs without a placement
         jobs = list(Job.objects.filter(on_it).distinct().order_by("pk"))
         log.warning("device %s lost (%s); %d job(s) affected", dev, reason, len(jobs))
-        Device.objects.filter(pk=dev.pk).update(status="offline")
+        Device.objects.filter(pk=dev.pk).update(status=Status.OFFLINE)
         declare_lost(dev, jobs, reason)
+
+    @staticmethod
+    def _revive(dev: Device) -> None:
+        """Set a lost device (and its node) online again: its heartbeat changed (Note [A lost device comes back])."""
+        log.warning("device %s is back (its heartbeat changed again); online", dev)
+        Device.objects.filter(pk=dev.pk, status=Status.OFFLINE).update(status=Status.ONLINE)
+        Node.objects.filter(pk=dev.node_id).update(status=Status.ONLINE)
+        dev.status = Status.ONLINE
+
+
+def fail_overdue_profiles(r, now=None) -> list[int]:
+    """Fail every job profiling for more than twice ``settings.ZICO_PROFILE_TIME_LIMIT_S`` and ask its
+    worker to stop (the cancel key, read between iterations). Returns the ids of the jobs failed.
+
+    The worker stops a run itself past the limit (Note [Profiling time limit] in workers/profiling.py);
+    this catches a run whose ``profile_done`` never came: a worker stuck in one long iteration, or gone.
+    """
+    limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)
+    now = now or timezone.now()
+    overdue = list(Job.objects.filter(status=S.PROFILING,
+                                      status_changed_at__lt=now - timezone.timedelta(seconds=2 * limit)))
+    failed = []
+    for job in overdue:
+        waited = (now - job.status_changed_at).total_seconds()
+        reason = (f"profiling did not finish within {waited:.0f} s: over twice the profiling time limit of "
+                  f"{limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
+        if try_transition(job, S.FAILED, reason=reason):
+            keys.request_cancel(r, job.pk)
+            log.warning("job %s: %s", job.pk, reason)
+            failed.append(job.pk)
+    return failed

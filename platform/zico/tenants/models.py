@@ -18,7 +18,7 @@ import hmac
 import secrets
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
@@ -40,6 +40,9 @@ class RoleError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
+
+
+SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX = 1e-3, 1000.0  # a tenant's fair-share weight; bounds both inclusive
 
 
 class TenantQuerySet(models.QuerySet):
@@ -64,8 +67,12 @@ class Tenant(models.Model):
         help_text="Bytes; sum of budgets over unfinished jobs. Empty = no limit.",
     )
     # Weight in the scheduler's weighted fair share of device-memory-seconds (placement.tenancy).
-    share_weight = models.FloatField(default=1.0, validators=[MinValueValidator(1e-3)],
-                                     help_text="fair-share weight (> 0); twice the weight, twice the share")
+    # Bounded: a weight of 1e308 made every other tenant's share round to zero (placement.tenancy divides by
+    # the sum of weights), so one typo starved the cluster.
+    share_weight = models.FloatField(default=1.0, validators=[MinValueValidator(SHARE_WEIGHT_MIN),
+                                                              MaxValueValidator(SHARE_WEIGHT_MAX)],
+                                     help_text=f"fair-share weight in [{SHARE_WEIGHT_MIN}, {SHARE_WEIGHT_MAX:g}]; "
+                                               "twice the weight, twice the share")
     # Jobs of different tenants share a device (and a worker process) only when both allow it.
     allow_cross_tenant_colocation = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -11,7 +11,7 @@ from workers.workloads.catalog import UnknownWorkload, get_workload, list_worklo
 from zico.jobs.models import Event, IllegalTransition, JobStatus
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE
-from zico.ratelimits import hit
+from zico.ratelimits import count_job_submission, job_submit_wait
 
 from . import access
 from .forms import JobSubmitForm
@@ -55,10 +55,9 @@ def job_submit(request):
     if request.method == "POST" and not changing:
         form = JobSubmitForm(request.POST, tenants=tenants, workload=workload)
         # The same per-user and per-tenant submission limits as POST /api/jobs/ (zico.ratelimits), same counters.
-        over, wait = hit(request, "job_submit_user", f"user:{request.user.pk}")
-        if not over and form.is_valid():
-            over, wait = hit(request, "job_submit_tenant", f"tenant:{form.cleaned_data['tenant'].pk}")
-        if over:  # the rate-limit message replaces the field errors' summary (template: rate_limited)
+        # Only accepted submissions count (Note [Only accepted submissions count]).
+        wait = job_submit_wait(request, form.cleaned_data["tenant"] if form.is_valid() else None)
+        if wait:  # the rate-limit message replaces the field errors' summary (template: rate_limited)
             return render(request, "web/job_submit.html", {"form": form, "workload": workload, "rate_limited":
                           f"Too many job submissions — try again in {wait} s."}, status=429)
         if form.is_valid():
@@ -69,6 +68,7 @@ def job_submit(request):
             except JobSpecError as exc:
                 form.add_spec_error(exc.field, exc.message)
             else:
+                count_job_submission(request, job.tenant)
                 messages.success(request, f"Job “{job}” submitted — it is queued.")
                 return redirect("web-job-detail", pk=job.pk)
     else:

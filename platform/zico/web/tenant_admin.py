@@ -1,7 +1,9 @@
-"""Tenant admin page: members and roles, quotas, and the signed-in user's API tokens (a new token is shown once).
+"""Tenant admin page: members and roles, quotas, and the signed-in user's API tokens (a new token is shown once);
+and the staff's form that creates a tenant.
 
 Members (any role) and staff may look; admins and owners change members (only owners grant or remove the
-owner role — the model refuses to remove the last owner); quotas are set by cluster staff only.
+owner role — the model refuses to remove the last owner); quotas are set by cluster staff only, and so
+is creating a tenant (``manage.py tenant`` does the same from a shell).
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from zico.tenants.models import ApiToken, Role, RoleError, Tenant
+from zico.tenants.models import SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN, ApiToken, Role, RoleError, Tenant
+from zico.tenants.services import TenantError, create_tenant
 
 from . import access
 from .forms import GIB
@@ -29,6 +32,17 @@ class QuotaForm(forms.Form):
     max_total_budget_gib = forms.DecimalField(min_value=0, required=False, decimal_places=3, max_digits=12,
                                               label="Total job budget (GiB)",
                                               help_text="Sum of budgets over unfinished jobs; empty = no limit.")
+    share_weight = forms.FloatField(min_value=SHARE_WEIGHT_MIN, max_value=SHARE_WEIGHT_MAX, required=False,
+                                    label="Fair-share weight",
+                                    help_text=f"{SHARE_WEIGHT_MIN} to {SHARE_WEIGHT_MAX:g}; twice the weight, "
+                                              "twice the share. Empty = unchanged.")
+
+
+class TenantCreateForm(forms.Form):
+    slug = forms.SlugField(max_length=50, label="Slug", help_text="letters, digits, '-' and '_'; in URLs")
+    name = forms.CharField(max_length=100, label="Name")
+    owner = forms.CharField(max_length=150, required=False, label="First owner (username)",
+                            help_text="optional; staff can add members afterwards")
 
 
 class TokenForm(forms.Form):
@@ -37,8 +51,11 @@ class TokenForm(forms.Form):
 
 @login_required
 def tenant_home(request):
-    """Send the user to the admin page of their first tenant (staff without a tenant: the first tenant)."""
+    """Send the user to the admin page of their first tenant (staff without a tenant: the first tenant, or
+    the new-tenant form while there is none)."""
     tenant = Tenant.objects.for_user(request.user).first() or (request.user.is_staff and Tenant.objects.first())
+    if not tenant and request.user.is_staff:  # no tenant at all yet: staff get the form that creates one
+        return render(request, "web/tenant_create.html", {"create_form": TenantCreateForm()})
     if not tenant:
         raise PermissionDenied("you are not a member of any tenant")
     return redirect("web-tenant", slug=tenant.slug)
@@ -59,9 +76,10 @@ def _context(request, tenant: Tenant, new_token: dict | None = None) -> dict:
         "members": tenant.memberships.select_related("user").order_by("user__username"),
         "roles": Role.choices,
         "tenants": Tenant.objects.for_user(request.user),
-        "add_form": AddMemberForm(), "token_form": TokenForm(),
+        "add_form": AddMemberForm(), "token_form": TokenForm(), "create_form": TenantCreateForm(),
         "quota_form": QuotaForm(initial={"max_running_jobs": tenant.max_running_jobs,
-                                         "max_total_budget_gib": None if quota is None else round(quota / GIB, 3)}),
+                                         "max_total_budget_gib": None if quota is None else round(quota / GIB, 3),
+                                         "share_weight": tenant.share_weight}),
         "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
         "new_token": new_token,
     }
@@ -134,13 +152,43 @@ def quota_change(request, slug: str):
         messages.error(request, _quota_errors(form.errors))
         return redirect("web-tenant", slug=tenant.slug)
     gib = form.cleaned_data["max_total_budget_gib"]
+    changes = {"max_running_jobs": form.cleaned_data["max_running_jobs"],
+               "max_total_budget_bytes": None if gib is None else int(gib * GIB)}
+    if form.cleaned_data["share_weight"] is not None:
+        changes["share_weight"] = form.cleaned_data["share_weight"]
     try:  # Tenant.change validates and records the quota_change Event (old and new values), as the API does
-        tenant.change(actor=request.user, max_running_jobs=form.cleaned_data["max_running_jobs"],
-                      max_total_budget_bytes=None if gib is None else int(gib * GIB))
+        tenant.change(actor=request.user, **changes)
     except ValidationError as exc:
         messages.error(request, _quota_errors(exc.message_dict))
         return redirect("web-tenant", slug=tenant.slug)
     messages.success(request, "Quotas saved.")
+    return redirect("web-tenant", slug=tenant.slug)
+
+
+@login_required
+@require_POST
+def tenant_create(request):
+    """Create a tenant (staff only), optionally with a first owner; then show its page."""
+    if not request.user.is_staff:
+        raise PermissionDenied("tenants are created by cluster staff")
+    form = TenantCreateForm(request.POST)
+    back = request.POST.get("from") or ""
+    if not form.is_valid():
+        messages.error(request, "New tenant: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect("web-tenant", slug=back) if Tenant.objects.filter(slug=back).exists() else \
+            redirect("web-tenant-home")
+    owner = None
+    if form.cleaned_data["owner"]:
+        owner = get_user_model().objects.filter(username=form.cleaned_data["owner"], is_active=True).first()
+        if owner is None:
+            messages.error(request, f"New tenant: no active user “{form.cleaned_data['owner']}”.")
+            return redirect("web-tenant-home")
+    try:
+        tenant = create_tenant(form.cleaned_data["slug"], form.cleaned_data["name"], owner=owner, actor=request.user)
+    except TenantError as exc:
+        messages.error(request, f"New tenant: {exc}")
+        return redirect("web-tenant-home")
+    messages.success(request, f"Tenant “{tenant.name}” created.")
     return redirect("web-tenant", slug=tenant.slug)
 
 

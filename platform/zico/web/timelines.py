@@ -87,7 +87,7 @@ def job_status(job: Job) -> dict[str, Any]:
         "id": job.pk, "status": job.status, "iteration": job.progress_iteration, "iterations": total,
         "progress": min(1.0, job.progress_iteration / total) if total else None,
         "iterations_per_s": m.get("iterations_per_s"), "peak_bytes": m.get("peak_bytes"),
-        "delay_s": m.get("delay_s"), "failure_reason": job.failure_reason,
+        "delay_s": m.get("delay_s"), "failure_reason": job.failure_reason, "waiting_reason": job.waiting_reason,
     }
 
 

@@ -18,6 +18,7 @@ urlpatterns = [
     path("cluster/", devices.cluster, name="web-cluster"),
     path("devices/<int:pk>/", devices.device_timeline, name="web-device-timeline"),
     path("tenant/", tenant_admin.tenant_home, name="web-tenant-home"),
+    path("tenant/new/", tenant_admin.tenant_create, name="web-tenant-create"),
     path("tenants/<slug:slug>/", tenant_admin.tenant_page, name="web-tenant"),
     path("tenants/<slug:slug>/members/", tenant_admin.member_add, name="web-member-add"),
     path("tenants/<slug:slug>/members/<int:member_id>/", tenant_admin.member_change, name="web-member-change"),

@@ -9,6 +9,8 @@
 Every subcommand prints the curve's summary (peak, persistent and transient bytes, iteration or
 trace duration, phase fractions) and can write the curve as DESIGN-contract JSON (``--json PATH``,
 ``-`` for stdout), optionally resampled to ``--points N`` steps (bin maxima, so no peak is lost).
+A CUDA target's estimate is cached under ``<ZICO_VAR_DIR>/cache/estimates`` (keyed on everything it
+depends on: ``workers.curves.estimate_cache``); ``--no-cache`` recomputes it.
 """
 from __future__ import annotations
 
@@ -51,6 +53,10 @@ def parse_params(pairs: list[str], as_json: str | None) -> dict[str, Any]:
 
 class Command(BaseCommand):
     help = "Estimate, profile, import (PyTorch snapshot) or show a memory curve; print its summary."
+    # No system checks: this command reads no database and serves no URL, and the checks import the
+    # URLconf and with it every view, DRF and drf-spectacular (~0.5 s of an estimate's 3 s budget,
+    # docs/curves.md "How fast"); ``manage.py check`` runs them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="{list,estimate,profile,import,show}")
@@ -72,6 +78,9 @@ class Command(BaseCommand):
                 p.add_argument("--timing", choices=("measured", "roofline"), default="measured",
                                help="a CPU target's clock: each operator timed here (default; follows the "
                                     "machine's load while measuring) or a roofline of a few measured rates")
+                p.add_argument("--no-cache", action="store_true",
+                               help="compute afresh even if this CUDA-target estimate is cached (the new "
+                                    "result replaces the cached one); CPU targets are never cached")
             self._output_args(p)
         p = sub.add_parser("import", help="a torch.cuda.memory._dump_snapshot pickle", allow_abbrev=False)
         p.add_argument("snapshot", type=Path)
@@ -140,12 +149,13 @@ class Command(BaseCommand):
             self.stdout.write(f"{w.key:12s} {w.task:21s} {w.title}\n{'':34s}{defaults}")
 
     def _estimate(self, opts: dict[str, Any]):
-        from workers.curves.estimate import estimate_curve
+        from workers.curves.estimate_cache import cached_estimate
 
         params = parse_params(opts["param"], opts["params_json"])
-        return estimate_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                              warmup=opts["warmup"], steady=2 if opts["steady"] is None else opts["steady"],
-                              timing=opts["timing"])
+        return cached_estimate(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
+                               Path(settings.VAR_DIR) / "cache" / "estimates", warmup=opts["warmup"],
+                               steady=2 if opts["steady"] is None else opts["steady"], timing=opts["timing"],
+                               refresh=opts["no_cache"])
 
     def _profile(self, opts: dict[str, Any]):
         from workers.curves.capture import profile_curve
@@ -192,7 +202,7 @@ class Command(BaseCommand):
         phases = curve.meta.get("phase_fractions")
         if phases:
             lines.append("phases      " + ", ".join(f"{k} at {v:.3f}" for k, v in phases.items()))
-        for key in ("workload", "window", "events", "estimate_s", "profile_s", "iterations_averaged"):
+        for key in ("workload", "window", "events", "estimate_s", "profile_s", "iterations_averaged", "cache"):
             if key in curve.meta:
                 lines.append(f"{key:11s} {curve.meta[key]}")
         stream.write("\n".join(lines))

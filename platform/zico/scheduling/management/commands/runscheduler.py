@@ -24,11 +24,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections
 
-from placement.policies import FirstFitFifo, MemoryAware
-from zico.scheduling.service import Scheduler
+from zico.scheduling.service import POLICIES, Scheduler, make_policy
 
 log = logging.getLogger("zico.scheduling")
-POLICIES = {"memory-aware": MemoryAware, "fifo": FirstFitFifo}
 
 
 class Command(BaseCommand):
@@ -52,8 +50,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        scheduler = Scheduler(POLICIES[policy]())
-        self.stdout.write(f"scheduler ready: policy {policy}, a round every {interval:g} s", ending="\n")
+        scheduler = Scheduler(make_policy(policy))
+        slowdown = getattr(scheduler.policy, "max_slowdown", None)
+        limit = f", slowdown limit {slowdown:g}x" if slowdown is not None else ""
+        self.stdout.write(f"scheduler ready: policy {policy}{limit}, a round every {interval:g} s", ending="\n")
         self.stdout.flush()
         done, db_down_since = 0, None
         broker = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2.0, socket_connect_timeout=2.0)

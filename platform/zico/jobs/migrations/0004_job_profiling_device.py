@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('cluster', '0004_device_gate_headroom'),
-        ('jobs', '0002_event_kind_outage'),
+        ('jobs', '0003_job_waiting_reason'),
     ]
 
     operations = [
