@@ -100,6 +100,18 @@ def start_device(config) -> None:
              info.name, info.total_bytes, budget, config.slots, rt.pid)
 
 
+def check_allocator_knobs() -> None:
+    """Exit (status 2) naming every malformed ZICO_* allocator knob, before Celery starts: the allocator
+    would refuse to install anyway (Note [Malformed knobs fail the first install] in allocator/src/options.hpp).
+    Loads only the core library, which touches no device."""
+    from zico_allocator import _native
+
+    bad = _native.config_error()
+    if bad:
+        sys.stderr.write(f"python -m workers.bootstrap: {bad}\n")
+        raise SystemExit(2)
+
+
 def stop_device() -> None:
     from .device import runtime
 
@@ -123,7 +135,14 @@ def _connect_signals() -> None:
 
     @signals.worker_init.connect(weak=False)
     def _on_worker_init(**_kw):
-        start_device(_config)
+        # Celery logs and swallows a receiver's exception, which would leave a worker taking tasks with no
+        # device behind it: a failed start ends the process instead (nothing was fetched yet).
+        try:
+            start_device(_config)
+        except Exception:
+            log.critical("device worker %s could not start", _config.device, exc_info=True)
+            logging.shutdown()
+            os._exit(1)
 
     @signals.worker_shutdown.connect(weak=False)
     def _on_worker_shutdown(**_kw):
@@ -146,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     patch_kombu_redis_collected_channel()  # Note [Celery worker dies when Redis restarts]
 
     _config = build_config(args)
+    check_allocator_knobs()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _connect_signals()

@@ -94,11 +94,16 @@ MAX_BYTE_SIZE = 1 << 60  # 1 EiB: far beyond any device or host; bounds typos su
 
 
 def parse_bytes(text: str | int) -> int:
-    """``'3GiB'``, ``'512MiB'``, ``'2e9'`` or ``1024`` -> bytes, at most ``MAX_BYTE_SIZE``. Raises
-    ValueError naming the bad text (not a size, negative, infinite or too large)."""
+    """``'3GiB'``, ``'512MiB'``, ``'2e9'``, ``'1.5GB'`` or ``1024`` -> bytes, at most ``MAX_BYTE_SIZE``.
+
+    The byte forms of every Zico knob, the same as the allocator's C++ parser (allocator/src/options.hpp):
+    a non-negative number with an optional case-insensitive unit B; K/KiB, M/MiB, G/GiB, T/TiB (powers of
+    1024); KB, MB, GB, TB (powers of 1000); fractions of a byte are truncated. Raises ValueError naming the
+    bad text (not a size, negative, infinite or too large)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+             "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
              "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1, "": 1}
     s = str(text).strip().lower().replace(" ", "")
     num = s.rstrip("kmgtib")

@@ -249,6 +249,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
         next_progress = t0 + PROGRESS_EVERY_S
         next_ckpt = t0 + rt.config.checkpoint_every_s
         delays = DelayTally()
+        saves = checkpoints.SaveTally()  # a failed save is counted, not fatal (workers.checkpoints)
         status = "succeeded"
         for i in range(first, job.iterations):
             stop = link.stop_requested(job_id, spec.placement)
@@ -266,8 +267,8 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
             now = time.monotonic()
             if now >= next_ckpt and i + 1 < job.iterations:
                 state.phase = "checkpoint"
-                checkpoints.save(rt.config.checkpoint_dir, job_id, i, job.state_dict(),
-                                 train_s=prior_s + now - t0, job_created_at=spec.job_created_at)
+                saves.save(rt.config.checkpoint_dir, job_id, i, job.state_dict(),
+                           train_s=prior_s + now - t0, job_created_at=spec.job_created_at)
                 next_ckpt = time.monotonic() + rt.config.checkpoint_every_s
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
@@ -281,7 +282,7 @@ def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setu
         metrics = {**job.metrics(), **_stats(rt, job_id), "train_s": round(train_s, 3),
                    "wall_s": round(time.monotonic() - t_setup, 3), "resumed_from": first,
                    "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
-                   **delays.metrics()}
+                   **delays.metrics(), **saves.metrics()}
         metrics.update(slowdown_metrics(spec, train_s, ran))
         state.phase = "done"
         if status == "aborted":

@@ -28,6 +28,8 @@ DevicePool* need_pool(int device) {
   if (!p) {
     if (device < -1 || device >= ZICO_MAX_CUDA_DEVICES)
       t_error = "device must be -1 (host) or 0..63, got " + std::to_string(device);
+    else if (!options().error.empty())
+      t_error = options().error;  // Note [Malformed knobs fail the first install]
     else
       t_error = "no Zico pool is installed on device " + std::to_string(device) +
                 (device < 0 ? " (call zico_install_host first)" : " (install the CUDA upstream first)");
@@ -128,6 +130,8 @@ int zico_install_host(int device, uint64_t capacity_bytes) {
 }
 
 int zico_is_installed(int device) { return pool_for(device) != nullptr; }
+
+const char* zico_config_error(void) { return options().error.c_str(); }
 
 const char* zico_upstream_name(int device) {
   DevicePool* p = pool_for(device);

@@ -52,10 +52,9 @@ int zico_agent_create_with(const zico_chunk_ops* ops, uint64_t capacity_bytes, u
   return agent_guarded([&] {
     if (!out || !ops) return agent_fail("ops and out must not be NULL");
     *out = nullptr;
-    if (chunk_bytes == 0) {
-      if (*options().agent_chunk_error) return agent_fail(options().agent_chunk_error);
-      chunk_bytes = options().agent_chunk_bytes;
-    }
+    // Note [Malformed knobs fail the first install] (options.hpp)
+    if (!options().error.empty()) return agent_fail(options().error);
+    if (chunk_bytes == 0) chunk_bytes = options().agent_chunk_bytes;
     std::string why;
     AgentServer* s = AgentServer::create(*ops, capacity_bytes, budget_bytes, chunk_bytes, &why);
     if (!s) return agent_fail(why);
@@ -131,6 +130,7 @@ int zico_install_agent_client_on(int device, int fd, const zico_chunk_mapper* ma
       return agent_fail("device must be -1 (host) or 0..63, got " + std::to_string(device));
     if (device != ZICO_HOST_DEVICE && (!mapper || !mapper->map || !mapper->unmap))
       return agent_fail("a device pool needs a chunk mapper (the CUDA library's zico_install_agent_client_cuda)");
+    if (!options().error.empty()) return agent_fail(options().error);  // Note [Malformed knobs fail the first install]
     if (pool_for(device))
       return agent_fail("a pool is already installed on device " + std::to_string(device) +
                         "; install the agent client before any allocation there");

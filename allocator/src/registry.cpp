@@ -33,6 +33,7 @@ DevicePool* pool_for(int device) {
   if (p || device < 0) return p;
   UpstreamFactory f = g_cuda_factory.load();
   if (!f) return nullptr;
+  if (!options().error.empty()) return nullptr;  // Note [Malformed knobs fail the first install]
   std::lock_guard<std::mutex> lk(g_install_mu);
   p = g_pools[slot(device)].load();
   if (p) return p;
@@ -46,6 +47,10 @@ DevicePool* pool_for(int device) {
 bool install_pool(int device, std::unique_ptr<Upstream> upstream, std::string* why) {
   if (!valid(device)) {
     *why = "device must be -1 (host) or 0..63, got " + std::to_string(device);
+    return false;
+  }
+  if (!options().error.empty()) {  // Note [Malformed knobs fail the first install]
+    *why = options().error;
     return false;
   }
   std::lock_guard<std::mutex> lk(g_install_mu);

@@ -13,7 +13,24 @@ BASE_DIR = Path(__file__).resolve().parents[2]  # repository root
 env = environ.Env()
 env.read_env(BASE_DIR / ".env", overwrite=False)  # optional; real env vars win
 
-DEBUG = env.bool("DEBUG", default=False)
+_TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
+
+
+def _bool(var: str, default: bool) -> bool:
+    """The env var ``var`` as a boolean: 1/0, true/false, on/off, yes/no (any case; unset or empty = ``default``).
+    Anything else is ImproperlyConfigured naming the variable: django-environ's own ``env.bool`` reads
+    every unknown word (``tru``, ``enabled``) as False, which for a security switch fails open."""
+    raw = env.str(var, default="").strip()
+    if not raw:
+        return default
+    if raw.lower() in _TRUE or raw.lower() in _FALSE:
+        return raw.lower() in _TRUE
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"{var}={raw!r}: expected a boolean, one of 1/0, true/false, on/off, yes/no")
+
+
+DEBUG = _bool("DEBUG", default=False)
 # A secret key is required whenever DEBUG is off; the insecure default exists only for DEBUG.
 SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-key-change-me" if DEBUG else "")
 if not SECRET_KEY:
@@ -123,13 +140,13 @@ STORAGES = {
 }
 
 # --- Security (``check --deploy`` clean when DEBUG is off) -------------------------------
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_SSL_REDIRECT = _bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
-CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 3600)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
-SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
@@ -171,7 +188,7 @@ def _positive(var: str, default: int | float, cast=int):
         value = cast(raw)
     except ValueError:
         value = None
-    if value is None or not value > 0:
+    if value is None or not 0 < value < float("inf"):
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(f"{var}={raw!r}: expected a positive {cast.__name__}")
@@ -182,7 +199,7 @@ def _positive(var: str, default: int | float, cast=int):
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
-CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_ALWAYS_EAGER = _bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -43,3 +43,37 @@ def test_a_bad_value_is_refused_naming_the_variable():
                      ("ZICO_BROKER_VISIBILITY_TIMEOUT_S", "-1"), ("ZICO_TIMELINE_RETENTION_S", "1.5")):
         rc, _, err = _settings(**{var: bad})
         assert rc != 0 and f"{var}={bad!r}: expected a positive" in err, err
+
+
+def test_an_infinite_duration_is_refused():
+    rc, _, err = _settings(ZICO_WORKER_LOST_AFTER_S="inf")
+    assert rc != 0 and "ZICO_WORKER_LOST_AFTER_S='inf': expected a positive" in err, err
+
+
+BOOLS = ["DEBUG", "SECURE_SSL_REDIRECT", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_PRELOAD",
+         "CELERY_TASK_ALWAYS_EAGER"]
+
+
+def _bools(**env):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ZICO_") and k != "DJANGO_SETTINGS_MODULE"
+            and k not in BOOLS}
+    code = ("import django, json; django.setup(); from django.conf import settings as s; "
+            f"print(json.dumps({{k: getattr(s, k) for k in {BOOLS!r}}}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**base, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "zico.settings", **env})
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_boolean_settings_accept_every_documented_form():
+    for text, value in (("off", False), ("OFF", False), ("no", False), ("0", False), ("false", False),
+                        ("on", True), ("Yes", True), ("1", True), ("true", True)):
+        rc, out, err = _bools(CELERY_TASK_ALWAYS_EAGER=text, SECURE_SSL_REDIRECT=text)
+        assert rc == 0, err
+        got = json.loads(out)
+        assert got["CELERY_TASK_ALWAYS_EAGER"] is value and got["SECURE_SSL_REDIRECT"] is value, text
+
+
+def test_a_malformed_boolean_is_refused_naming_it_not_read_as_false():
+    for var in ("SECURE_SSL_REDIRECT", "DEBUG"):
+        rc, _, err = _bools(**{var: "tru"})
+        assert rc != 0 and f"{var}='tru': expected a boolean" in err and "on/off" in err, err

@@ -11,6 +11,7 @@ from placement.gating import DEFAULT_GATE_HEADROOM
 from workers.link import Link
 from zico.cluster.models import Device
 from zico.jobs.models import Event, Job
+from zico.jobs.transitions import transition_many
 from zico.telemetry import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.telemetry.models import TelemetryGap, TimelinePoint, prune
@@ -267,3 +268,58 @@ def test_a_workers_registration_carries_its_gate_headroom_to_the_device_row(cons
     link.flush()
     drain(consumer)
     assert Device.objects.get(node__host="h1", kind="cpu", index=0).gate_headroom == 0.2
+
+
+def _profiling_job(tenant, dev):
+    """A queued job moved to profiling on ``dev`` through the transition function (as a scheduling round does)."""
+    job = Job.objects.create(tenant=tenant, workload="digits-cnn", params={})
+    transition_many([job], "profiling", device=dev)
+    assert Job.objects.get(pk=job.pk).profiling_device_id == dev.pk
+    return job
+
+
+def test_a_silent_workers_profiling_jobs_go_back_to_the_queue_with_an_event(redis_url, r, link, tenant, make_device):
+    dev = make_device()
+    other = make_device(host="h2")
+    job, elsewhere = _profiling_job(tenant, dev), _profiling_job(tenant, other)
+    consumer = ControlConsumer(redis_url, name="test", block_ms=20, lost_after_s=0.5)
+    link.heartbeat({"pid": 1})
+    r.set(keys.heartbeat_key("cpu.h2.0"), "beat 1")  # h2's worker keeps beating (the key's value changes)
+    consumer.tick()
+    assert Job.objects.get(pk=job.pk).status == "profiling"
+    time.sleep(0.7)  # no new heartbeat from h1
+    r.set(keys.heartbeat_key("cpu.h2.0"), "beat 2")
+    consumer.tick()
+    job.refresh_from_db()
+    assert job.status == "queued" and job.lost_count == 1 and job.profiling_device_id is None
+    lost = Event.objects.get(kind="worker_lost", job=job)
+    assert lost.device == dev and "no heartbeat" in lost.details["reason"]
+    requeued = Event.objects.filter(kind="status_change", job=job, details__to="queued").get()
+    assert "while profiling" in requeued.details["reason"]
+    assert Job.objects.get(pk=elsewhere.pk).status == "profiling"  # another device's profile is left alone
+
+
+def test_a_restarted_worker_process_requeues_the_profile_it_was_running(consumer, link, tenant, make_device):
+    dev = make_device()
+    job = _profiling_job(tenant, dev)
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, host="h1",
+              pid=999, slots=2, started_at=time.time() + 1)
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.status == "queued" and job.lost_count == 1
+    assert "restarted (pid 999)" in Event.objects.get(kind="worker_lost", job=job).details["reason"]
+
+
+def test_a_profile_started_after_the_worker_process_is_not_stranded(consumer, link, tenant, make_device):
+    dev = make_device()
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, host="h1",
+              pid=999, slots=2, started_at=time.time() - 60)
+    link.flush()
+    drain(consumer)
+    job = _profiling_job(tenant, dev)
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, host="h1",
+              pid=999, slots=2, started_at=time.time() - 60)  # the same process registering again
+    link.flush()
+    drain(consumer)
+    assert Job.objects.get(pk=job.pk).status == "profiling"

@@ -36,6 +36,7 @@ def test_byte_sizes_parse_with_binary_and_decimal_units():
     assert parse_bytes("512 MiB") == 512 << 20
     assert parse_bytes("2e9") == 2_000_000_000
     assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bytes("2M") == 2 << 20 and parse_bytes("8g") == 8 << 30  # the allocator's short forms too
     for bad in ("lots", "3XB", "-1GiB"):
         with pytest.raises(ValueError, match="byte size"):
             parse_bytes(bad)

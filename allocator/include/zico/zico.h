@@ -68,6 +68,9 @@ int zico_try_free(void* ptr, int device, void* stream);
 /* Host pool for `device` (normally ZICO_HOST_DEVICE); capacity_bytes = ZICO_UNLIMITED for none. */
 int zico_install_host(int device, uint64_t capacity_bytes);
 int zico_is_installed(int device);
+/* "" when every ZICO_* knob parsed, else the message naming each malformed one and its accepted
+ * forms; every install (and zico_agent_create) then fails with that message. Never NULL. */
+const char* zico_config_error(void);
 const char* zico_upstream_name(int device); /* "host", "cuda", or NULL */
 
 /* --- job binding --- */

@@ -7,7 +7,7 @@ import threading
 from typing import NamedTuple
 
 from . import _native
-from ._native import HOST, MARK_KINDS, TRACE_KINDS, UNLIMITED, ZicoError, check, json_call, lib
+from ._native import HOST, MARK_KINDS, TRACE_KINDS, UNLIMITED, ZicoError, check, config_error, json_call, lib
 
 _CPU_SCOPES = {"off": 0, "bound": 1, "all": 2}
 _state_lock = threading.Lock()
@@ -141,6 +141,9 @@ def install_cuda(device: int = 0) -> None:
 
         from . import build
 
+        bad_knob = config_error()  # Note [Malformed knobs fail the first install] (options.hpp)
+        if bad_knob:
+            raise ZicoError(bad_knob)
         cuda_lib = build.cuda_library()
         if cuda_lib is None:
             raise ZicoError("the CUDA upstream was not built: no CUDA toolkit was found at build time")

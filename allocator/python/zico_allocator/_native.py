@@ -44,6 +44,7 @@ _SIGNATURES = {
     "zico_try_free": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zico_install_host": (ctypes.c_int, [ctypes.c_int, ctypes.c_uint64]),
     "zico_is_installed": (ctypes.c_int, [ctypes.c_int]),
+    "zico_config_error": (ctypes.c_char_p, []),
     "zico_upstream_name": (ctypes.c_char_p, [ctypes.c_int]),
     "zico_bind_thread": (ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
     "zico_thread_job": (ctypes.c_int64, []),
@@ -101,6 +102,12 @@ def lib() -> ctypes.CDLL:
 
 def last_error() -> str:
     return (lib().zico_last_error() or b"").decode()
+
+
+def config_error() -> str:
+    """'' when every ZICO_* allocator knob parsed, else the allocator's message naming each malformed
+    variable and its accepted forms (docs/allocator.md, knobs table)."""
+    return (lib().zico_config_error() or b"").decode()
 
 
 def check(rc: int) -> None:

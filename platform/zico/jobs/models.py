@@ -71,6 +71,10 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(default=0, editable=False, help_text="times the job entered running")
     lost_count = models.PositiveIntegerField(default=0, editable=False, help_text="times its worker was lost")
     progress_iteration = models.PositiveBigIntegerField(default=0, help_text="last iteration reported done")
+    # The device profiling the job while it is ``profiling`` (set by the move there, cleared by any move
+    # out), so a lost or restarted worker of that device sends the job back to the queue.
+    profiling_device = models.ForeignKey("cluster.Device", on_delete=models.SET_NULL, null=True, blank=True,
+                                         editable=False, related_name="profiling_jobs")
     total_iterations = models.PositiveBigIntegerField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()

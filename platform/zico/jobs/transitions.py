@@ -93,7 +93,8 @@ def _check_target(to: str, reason: str) -> None:
 
 # The Job fields a move may change, refreshed on the caller's object by transition.
 _MOVED_FIELDS = ("status", "status_changed_at", "attempts", "started_at", "lost_count", "finished_at",
-                 "failure_reason", "metrics", "updated_at", "waiting_reason", "waiting_kind", "waiting_since")
+                 "failure_reason", "metrics", "updated_at", "waiting_reason", "waiting_kind", "waiting_since",
+                 "profiling_device_id")
 
 
 def transition(job, to: str, *, reason: str = "", actor=None, device=None,
@@ -159,7 +160,8 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
     to>)`` whose row count must equal the number of jobs, and one bulk insert of the Events. Every
     move clears the waiting reason (``waiting_reason``, ``waiting_kind``, ``waiting_since``); the
     side effects per target: ``running``: attempts + 1 and started_at kept or set; ``lost``:
-    lost_count + 1; terminal: finished_at; ``failed``: failure_reason. There is no ``metrics``
+    lost_count + 1; terminal: finished_at; ``failed``: failure_reason; ``profiling``: profiling_device
+    (the Event's device), cleared by every other move. There is no ``metrics``
     merge here (:func:`transition` has it).
 
     Args:
@@ -198,6 +200,7 @@ def transition_many(jobs, to: str, *, reason: str = "", actor=None, device=None,
             job.finished_at = now
         if to == S.FAILED:
             job.failure_reason = reason
+        job.profiling_device_id = getattr(devices[job.pk], "pk", None) if to == S.PROFILING else None
         if job.pk in fresh:
             for f in ("attempts", "started_at", "lost_count"):
                 setattr(job, f, getattr(fresh[job.pk], f))
@@ -209,7 +212,7 @@ def _write_moves(jobs: list, to: str, reason: str, actor, device_by_job: dict, d
     lock and check every row, one conditional UPDATE with the per-status side effects, one
     ``status_change`` Event per job. ``jobs`` are distinct and ``to``/``reason`` already checked.
     Returns the time of the move; raises IllegalTransition before writing anything."""
-    from django.db.models import F
+    from django.db.models import Case, F, IntegerField, Value, When
     from django.db.models.functions import Coalesce
 
     from .models import Event, Job
@@ -234,6 +237,15 @@ def _write_moves(jobs: list, to: str, reason: str, actor, device_by_job: dict, d
         fields["finished_at"] = now
     if to == S.FAILED:
         fields["failure_reason"] = reason
+    if to == S.PROFILING:  # where, in a column: the lost-worker check reads it (Job.profiling_device)
+        dev_ids = {pk: getattr(device_by_job.get(pk), "pk", None) for pk in ids}
+        if len(set(dev_ids.values())) == 1:
+            fields["profiling_device_id"] = next(iter(dev_ids.values()))
+        else:
+            fields["profiling_device_id"] = Case(*[When(pk=pk, then=Value(d)) for pk, d in dev_ids.items()],
+                                                 default=Value(None), output_field=IntegerField())
+    else:
+        fields["profiling_device_id"] = None
     changed = Job.objects.filter(pk__in=ids, status__in=may_move).update(**fields)
     if changed != len(ids):  # cannot happen under the row locks; never write a partial move
         raise IllegalTransition(ids[0], rows.get(ids[0], "missing"), to)

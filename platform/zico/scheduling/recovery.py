@@ -22,7 +22,7 @@ import logging
 
 from django.db.models import OuterRef, Subquery
 
-from zico.cluster.models import Device, Placement
+from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.transitions import JobStatus
 
@@ -61,22 +61,17 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
             events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=placement.device,
                                 details={"action": RESENT, "task": run_task, "placement": placement.pk,
                                          "reason": reason}))
-    profiling = list(Job.objects.filter(status=JobStatus.PROFILING).order_by("pk"))
-    if profiling:
-        device_of: dict[int, Device] = {}
-        for ev in (Event.objects.filter(job__in=profiling, kind=Event.Kind.STATUS_CHANGE,
-                                        details__to=JobStatus.PROFILING, device__isnull=False)
-                   .select_related("device__node").order_by("-time", "-id")):
-            device_of.setdefault(ev.job_id, ev.device)
-        for job in profiling:
-            device = device_of.get(job.pk)
-            if device is None:
-                log.warning("job %s is profiling on an unknown device; not resent", job.pk)
-                continue
-            outbox.append((profile_task, job.pk, device.queue,
-                           [job.pk, job.profile_spec()]))
-            events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=device,
-                                details={"action": RESENT, "task": profile_task, "reason": reason}))
+    profiling = list(Job.objects.filter(status=JobStatus.PROFILING).select_related("profiling_device__node")
+                     .order_by("pk"))
+    for job in profiling:
+        device = job.profiling_device  # the column set by the move to profiling
+        if device is None:
+            log.warning("job %s is profiling on an unknown device; not resent", job.pk)
+            continue
+        outbox.append((profile_task, job.pk, device.queue,
+                       [job.pk, job.profile_spec()]))
+        events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=device,
+                            details={"action": RESENT, "task": profile_task, "reason": reason}))
     Event.objects.bulk_create(events)
     if outbox:
         log.warning("scheduler start: resending %d device task(s) a previous scheduler may not have sent (jobs %s)",

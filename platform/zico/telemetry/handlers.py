@@ -13,6 +13,7 @@ from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
@@ -98,8 +99,11 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
     r.set(keys.budget_key(msg["device"]), dev.budget_bytes)
     # One process per device: a new process means the old one is gone, with whatever it was running.
     started = _dt(msg.get("started_at", msg["t"]))
-    stranded = Job.objects.filter(status=S.RUNNING, placements__device=dev, placements__ended_at__isnull=True,
-                                  placements__started_at__lt=started).distinct()
+    # So is a profile it was running: the task died with it (acks_late may redeliver it, but only to a
+    # process that is not this one's predecessor), so the job goes back to the queue to be profiled again.
+    stranded = Job.objects.filter(
+        Q(status=S.RUNNING, placements__device=dev, placements__ended_at__isnull=True, placements__started_at__lt=started)
+        | Q(status=S.PROFILING, profiling_device=dev, status_changed_at__lt=started)).distinct().order_by("pk")
     if stranded.exists():
         declare_lost(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})")
     return dev
@@ -258,13 +262,15 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
 # -- lost workers ------------------------------------------------------------------------------
 def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = None) -> list[Job]:
     """Mark ``jobs`` lost on ``dev`` with a worker_lost Event each, then requeue them (or fail them once they
-    have been lost ``max_losses`` times). Ends their placements. Returns the jobs moved."""
+    have been lost ``max_losses`` times). Ends their placements. A job lost while profiling (it has no
+    placement) is requeued the same way, with a reason saying it is profiled again. Returns the jobs moved."""
     from django.conf import settings
 
     max_losses = max_losses or settings.ZICO_MAX_WORKER_LOSSES
     moved = []
     for job in jobs:
         placement = job.active_placement()
+        was = job.status
         if not try_transition(job, S.LOST, device=dev, reason=reason):
             continue
         Event.record(Event.Kind.WORKER_LOST, job=job, device=dev, reason=reason, lost_count=job.lost_count,
@@ -273,6 +279,9 @@ def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | No
             placement.end(f"worker lost: {reason}")
         if job.lost_count >= max_losses:
             try_transition(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
+        elif was == S.PROFILING:
+            try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss while profiling; "
+                                                             "it is profiled again")
         else:
             try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss; resumes from its checkpoint")
         moved.append(job)

@@ -8,6 +8,8 @@ Note [Heartbeats without clock skew]
     ``settings.ZICO_WORKER_LOST_AFTER_S``, 15 s, so lost jobs are requeued well within a minute). When
     the consumer itself could not reach Redis, every device gets a fresh grace period on reconnect, so a
     Redis outage never reads as a dead worker.
+    The jobs of a lost device are the ones placed or running there and the ones it was profiling
+    (``Job.profiling_device``); all go back to the queue (:func:`zico.telemetry.handlers.declare_lost`).
 
 Note [A lost device comes back]
     A device declared lost is set offline, but its heartbeat key is still read. When its value changes
@@ -21,6 +23,7 @@ import logging
 import time
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from zico.cluster.models import Device, Node, Status
@@ -77,8 +80,9 @@ class Liveness:
 
     def _lose(self, dev: Device, silent_s: float) -> None:
         reason = f"no heartbeat from {dev} for {silent_s:.0f} s"
-        jobs = list(Job.objects.filter(status__in=[S.PLACED, S.RUNNING, S.PROFILING], placements__device=dev,
-                                       placements__ended_at__isnull=True).distinct())
+        on_it = (Q(status__in=[S.PLACED, S.RUNNING], placements__device=dev, placements__ended_at__isnull=True)
+                 | Q(status=S.PROFILING, profiling_device=dev))  # a profile runs without a placement
+        jobs = list(Job.objects.filter(on_it).distinct().order_by("pk"))
         log.warning("device %s lost (%s); %d job(s) affected", dev, reason, len(jobs))
         Device.objects.filter(pk=dev.pk).update(status=Status.OFFLINE)
         declare_lost(dev, jobs, reason)
