@@ -268,8 +268,9 @@ def main() -> None:
               f"{m.get('loss', float('nan')):.3f}" + (f", train accuracy {m['train_accuracy']:.2f}"
                                                        if "train_accuracy" in m else ""))
     print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; device capacity "
-          f"{mib(device.total_bytes)}; budget {mib(budget_now)} (the scheduler co-locates this pair from "
-          f"{mib(choice.lowest_accepted_bytes)} on)")
+          f"{mib(device.total_bytes)}; budget {mib(budget_now)} (the scheduler co-locates this pair "
+          + (f"from {mib(choice.lowest_accepted_bytes)} on)" if choice.lowest_accepted_bytes else
+             f"under no budget below the sum at a slowdown limit of {policy.max_slowdown:g}x)"))
     if dev_peak:
         print(f"device peak reserved (stored device timeline, the largest of each second): {mib(dev_peak)} = "
               f"{dev_peak / solo_reserved:.2f} of the sum of solo peaks reserved")
