@@ -10,9 +10,15 @@ from django.views.generic.base import RedirectView
 
 from . import data, devices, jobs, tenant_admin
 
+def favicon(request):
+    """Redirect to the static icon, resolved per request: the manifest storage knows its hashed name only
+    after collectstatic, so resolving it when the URLs load breaks ``manage.py check --deploy`` without it."""
+    return RedirectView.as_view(url=static("zico/favicon.svg"), permanent=True)(request)
+
+
 urlpatterns = [
     # browsers ask for /favicon.ico whenever a page's <link rel="icon"> has not loaded yet
-    path("favicon.ico", RedirectView.as_view(url=static("zico/favicon.svg"), permanent=True)),
+    path("favicon.ico", favicon),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", jobs.job_list, name="web-jobs"),
