@@ -47,6 +47,16 @@ PROFILE_STEADY = 8
 # 304 MiB budget (a deadlock grant) for jobs reserving 1.27x what they allocate.
 MIN_GATE_HEADROOM = 0.2
 GATE_HEADROOM_MARGIN = 0.05
+# Note [The demo's slowdown limit]
+#   The scheduler co-locates jobs only where its plan predicts no job slows by more than ZICO_MAX_SLOWDOWN
+#   (default 1.6x: beyond that a tenant's job would do better waiting for a device of its own). On 2 CPU
+#   cores these two jobs' peaks cannot overlap under a budget below the sum of their peaks, so the gate lets
+#   the shorter job run about one iteration per iteration of the longer one, and the plan predicts it 1.3-2.1x
+#   slower, depending on how the machine's load stretches each job (measured over many runs of this demo).
+#   At 1.6x the scheduler accepts the pair only within a few MiB of the sum, or not at all. So the demo runs
+#   its scheduler with a limit of DEMO_MAX_SLOWDOWN, and says so; set ZICO_MAX_SLOWDOWN to override it
+#   (at 1.0 the demo's "placed together" check fails, as it must).
+DEMO_MAX_SLOWDOWN = "2.5"
 STORED_WAIT_S = 20.0  # at most this long for the control consumer to store the device timeline past the end
 
 
@@ -144,6 +154,8 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.settings")
+    relaxed = "ZICO_MAX_SLOWDOWN" not in os.environ  # Note [The demo's slowdown limit]; the scheduler inherits it
+    os.environ.setdefault("ZICO_MAX_SLOWDOWN", DEMO_MAX_SLOWDOWN)
     import django
 
     django.setup()
@@ -167,6 +179,11 @@ def main() -> None:
     from zico.scheduling.service import make_policy
     from zico.scheduling.snapshot import compute_share
 
+    if relaxed:
+        log(f"the demo's scheduler allows a predicted slowdown of up to {DEMO_MAX_SLOWDOWN}x (ZICO_MAX_SLOWDOWN; "
+            "the platform's default is 1.6x): on 2 CPU cores the shorter of these jobs runs about one iteration "
+            "per iteration of the longer one when their peaks cannot overlap (Note [The demo's slowdown limit] in "
+            "scripts/demo.py)")
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
     curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated

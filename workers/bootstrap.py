@@ -26,6 +26,7 @@ log = logging.getLogger("workers.bootstrap")
 
 _config = None  # WorkerConfig of this process, set by main() before Celery starts
 _reporter = None
+_lock_fd = None  # the device lock (workers.agent.lock), released by the kernel when this process dies
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,7 +69,18 @@ def build_config(args: argparse.Namespace):
                         else 0, slots=args.slots, capacity_bytes=args.capacity, budget_bytes=args.budget,
                         redis_url=settings.REDIS_URL, checkpoint_dir=settings.ZICO_CHECKPOINT_DIR,
                         data_dir=settings.ZICO_DATA_DIR, checkpoint_every_s=args.checkpoint_every,
-                        gate_headroom=args.gate_headroom)
+                        gate_headroom=args.gate_headroom, var_dir=settings.VAR_DIR)
+
+
+FORKING_POOL_MESSAGE = ("a Zico device worker runs Celery's threads pool only (-P threads): its jobs share the "
+                        "allocator installed in this process, and a forked pool process would have none")
+
+
+def check_pool(pool_cls) -> None:
+    """Refuse any Celery pool but threads (prefork, eventlet, gevent, solo...). Raises SystemExit."""
+    name = getattr(pool_cls, "__module__", "") + "." + getattr(pool_cls, "__name__", str(pool_cls))
+    if "celery.concurrency.thread" not in name:
+        raise SystemExit(f"refusing to start: pool {name}: {FORKING_POOL_MESSAGE}")
 
 
 def start_device(config) -> None:
@@ -134,7 +146,8 @@ def _connect_signals() -> None:
     from celery import signals
 
     @signals.worker_init.connect(weak=False)
-    def _on_worker_init(**_kw):
+    def _on_worker_init(sender=None, **_kw):
+        check_pool(getattr(sender, "pool_cls", None))
         # Celery logs and swallows a receiver's exception, which would leave a worker taking tasks with no
         # device behind it: a failed start ends the process instead (nothing was fetched yet).
         try:
@@ -166,6 +179,13 @@ def main(argv: list[str] | None = None) -> None:
 
     _config = build_config(args)
     check_allocator_knobs()
+    from .agent import DeviceLocked, lock_device
+
+    try:
+        global _lock_fd
+        _lock_fd = lock_device(_config.var_dir, _config.device)  # held (open) for the process's life
+    except DeviceLocked as exc:
+        raise SystemExit(f"refusing to start: {exc}") from None
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _connect_signals()

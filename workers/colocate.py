@@ -1,12 +1,15 @@
-"""Co-locate real training jobs in this process under a budget below the sum of their peaks, and report.
+"""Co-locate real training jobs, each its own process, under a budget below the sum of their peaks, and report.
 
 The device worker's machinery without Redis or a database, for the GPU check script and for benchmarks:
-the shared allocator installed first, each job profiled alone (its allocator-trace curve: solo peak and
-iteration time), then all jobs run together — one thread each (CUDA: its own stream), bound in the
-allocator, gated by the coordinator — under ``budget = fraction x sum of solo peaks`` (at least the group's
-minimal feasible budget; the report says which applied). Figures, as in the demo: per-job peaks, the
+each job profiled alone in this process through the allocator (its allocator-trace curve: solo peak and
+iteration time), then all jobs run together — each as its own process (``python -m workers.jobproc``) under
+one device agent (:mod:`workers.agent`: the agent pool on CPU, per-process pools on CUDA), gated by one
+coordinator — under ``budget = fraction x sum of solo peaks`` (at least the group's minimal feasible budget;
+the report says which applied). A job that fails (crash, error) is recorded with its ``status`` and reason;
+the others run on. Figures, as in the demo: per-job peaks, the
 pool's peak reserved against the sum of solo reserved peaks and the budget, time waited at the gate, and
-throughput against solo. Bad input (job specs, flags) is refused before anything runs: one line on stderr,
+throughput against solo; per job its process's ``pid`` and ``status``. Bad input (job specs, flags) is
+refused before anything runs: one line on stderr,
 exit status 2.
 
     python -m workers.colocate --device cuda:0 --job resnet50:batch_size=64 \
@@ -20,14 +23,13 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
-
-from .gate import Gate
 
 
 class UsageError(ValueError):
@@ -39,16 +41,6 @@ class ColocateError(RuntimeError):
 
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
-WAIT_COUNTED_S = 1e-3  # a gate wait at least this long counts in a job's gate_waits (shorter: bookkeeping)
-
-
-class _NoStops:
-    """Nothing cancels a local run."""
-
-    def stop_requested(self, job_id, placement):
-        return None
-
-
 def parse_job(text: str) -> tuple[str, dict[str, Any]]:
     """``'resnet50:batch_size=64,data=synthetic'`` -> ``('resnet50', {'batch_size': 64, 'data': 'synthetic'})``.
     Raises ValueError naming the bad part."""
@@ -156,7 +148,7 @@ def _install(za, device: str, capacity: int | None) -> Any:
 
 def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations: int = 20,
         budget_fraction: float = 0.8, capacity: int | None = None, data_dir: str | Path | None = None,
-        warmup: int = 1, steady: int = 3, gate_headroom: float = 0.15) -> dict[str, Any]:
+        warmup: int = 1, steady: int = 3, gate_headroom: float = 0.15, agent_settings=None) -> dict[str, Any]:
     """Profile each job alone, then run them together under the budget; returns the report dict.
 
     Raises UsageError (a ValueError) for bad input, before anything runs (``check_inputs``), and also when
@@ -169,12 +161,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     import torch
     import zico_allocator as za
     from placement.coordinator import Coordinator
-    from workers.workloads.catalog import ParamsError, UnknownWorkload, validate_params
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
-
-    from .runner import RunMarks, RunSpec
-    from .device import JobState
+    from workers.workloads.catalog import ParamsError, UnknownWorkload
 
     from zico_allocator.build import BuildError
 
@@ -209,50 +196,40 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         torch.cuda.synchronize()
     za.empty_cache(device=adev)
     leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
-    za.set_budget(budget, device=adev)
-    za.reset_peak_memory_stats(device=adev)
-    # Note [Gate headroom] (workers.device): the coordinator plans with allocated bytes below the budget
-    rt = SimpleNamespace(coordinator=Coordinator((1 - gate_headroom) * budget), link=_NoStops(), allocator=za,
-                         alloc_device=adev)
+    # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
+    # (python -m workers.jobproc), gated by one coordinator. Note [Gate headroom] (workers.device): the
+    # coordinator plans with allocated bytes below the budget.
+    from .agent import DeviceAgent, JobRun
+
+    agent = DeviceAgent(device, capacity if device == "cpu" else None, budget,
+                        Coordinator((1 - gate_headroom) * budget), agent_settings)
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
-    barrier = threading.Barrier(len(jobs))
+    work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
 
     def one(job_id: int, key: str, params: dict[str, Any], curve) -> None:
         try:
             p = {**params, "iterations": iterations}
-            preload_data(validate_params(key, p), data_dir)
-            spec = RunSpec(job_id, key, p, placement=None, curve=curve.to_dict())
-            gate = Gate(rt, spec)
-            stream = torch.cuda.Stream() if device.startswith("cuda") else None
-            ctx = torch.cuda.stream(stream) if stream is not None else _null()
-            with ctx, za.bind(job_id):
-                job = create_training_job(key, p, device=device, data_dir=data_dir)
-                state = JobState(job_id=job_id, iterations=iterations)
-                marks = RunMarks(rt, state, gate)
-                gate.join(job_id)
-                barrier.wait()
-                t0, delay, waits = time.perf_counter(), 0.0, 0
-                for i in range(iterations):
-                    waited = gate.wait(job_id, i)
-                    delay, waits = delay + waited, waits + (waited >= WAIT_COUNTED_S)
-                    job.run_iteration(i, marks)
-                if stream is not None:
-                    stream.synchronize()
-                took = time.perf_counter() - t0
-                gate.leave(job_id)
-                st = za.memory_stats(job=job_id, device=adev)
-                results[job_id] = {"iterations": iterations, "seconds": took, "iterations_per_s": iterations / took,
-                                   "delay_s": delay, "gate_waits": waits,
-                                   "peak_allocated_bytes": int(st["allocated_bytes.all.peak"]),
-                                   "peak_reserved_bytes": int(st["reserved_bytes.all.peak"]),
-                                   **{k: v for k, v in job.metrics().items() if k in ("loss", "train_accuracy")}}
-                del job
-        except Exception as exc:  # reported, never hidden
-            oom = za.last_oom(device=adev)
-            errors.append(f"job {job_id} ({key}): {type(exc).__name__}: {exc}"
-                          + (f" [allocator: {json.dumps(oom)}]" if oom else ""))
-            barrier.abort()
+            out = agent.run(JobRun(job_id, {"workload": key, "params": p, "device": device,
+                                            "checkpoint_dir": str(work / "checkpoints"),
+                                            "data_dir": None if data_dir is None else str(data_dir),
+                                            "checkpoint_every_s": None}, curve=curve.to_dict()))
+        except Exception as exc:  # the process could not be launched: reported, never hidden
+            errors.append(f"job {job_id} ({key}): {type(exc).__name__}: {exc}")
+            results[job_id] = {"status": "failed", "pid": None}
+            return
+        m = out["metrics"]
+        r: dict[str, Any] = {"pid": out["pid"], "status": out["status"]}
+        if out["status"] == "succeeded":
+            r.update({"iterations": iterations, "seconds": m["train_s"], "iterations_per_s": m["iterations_per_s"],
+                      "delay_s": m["delay_s"], "gate_waits": m["delays"],
+                      "peak_allocated_bytes": int(m["peak_allocated_bytes"]),
+                      "peak_reserved_bytes": int(m["peak_reserved_bytes"]),
+                      **{k: v for k, v in m.items() if k in ("loss", "train_accuracy")}})
+        else:
+            r["reason"] = out["reason"]
+            errors.append(f"job {job_id} ({key}): {out['status']}: {out['reason']}")
+        results[job_id] = r
 
     threads = [threading.Thread(target=one, args=(n, key, params, c), name=f"job-{n}")
                for n, ((key, params), c) in enumerate(zip(jobs, curves), start=1)]
@@ -262,8 +239,11 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    pool = za.memory_stats(device=adev)
-    delays = rt.coordinator.delays
+    pool = agent.pool.stats()
+    pool_kind = "agent" if agent.pool.shared else "per-process"
+    agent.close()
+    shutil.rmtree(work, ignore_errors=True)
+    delays = agent.coordinator.delays
     solo_reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     report = {
         "device": device, "torch": torch.__version__, "iterations": iterations, "budget_bytes": budget,
@@ -272,8 +252,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "fraction_budget_bytes": int(budget_fraction * solo_sum),
         "budget_source": "feasible_floor" if floor > budget_fraction * solo_sum else "fraction",
         "sum_solo_reserved_peaks_bytes": int(solo_reserved_sum),
-        "sum_solo_peaks_bytes": int(solo_sum), "reserved_before_bytes": leftover, "pool_peak_reserved_bytes": int(pool["reserved_bytes.all.peak"]),
-        "pool_peak_allocated_bytes": int(pool["allocated_bytes.all.peak"]), "wall_s": wall, "errors": errors,
+        "sum_solo_peaks_bytes": int(solo_sum), "reserved_before_bytes": leftover, "pool_peak_reserved_bytes": int(pool["peak_reserved"]),
+        "pool_peak_allocated_bytes": int(pool["peak_allocated"]), "pool": pool_kind, "wall_s": wall, "errors": errors,
         # "delays": the coordinator's own delay records (an iteration held back by the sharing plan);
         # "gate_waits": all the time the jobs waited at the gate (the per-job delay_s summed), which also
         # counts each job's first iteration waiting for the others' to end (Gate.wait's warm-up rule)
@@ -286,19 +266,12 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         r = results.get(n, {})
         solo_ips = 1.0 / s["iteration_s"]
         report["jobs"].append({**s, **r, "solo_iterations_per_s": solo_ips,
-                               "throughput_vs_solo": (r["iterations_per_s"] / solo_ips) if r else None})
+                               "throughput_vs_solo": (r["iterations_per_s"] / solo_ips) if r.get("iterations_per_s")
+                               else None})
     report["peak_within_budget"] = report["pool_peak_reserved_bytes"] <= budget
     report["peak_vs_sum_of_solo_peaks"] = report["pool_peak_reserved_bytes"] / solo_sum  # reserved vs allocated
     report["peak_vs_sum_of_solo_reserved_peaks"] = report["pool_peak_reserved_bytes"] / solo_reserved_sum
     return report
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _budget_line(report: dict[str, Any], m) -> str:

@@ -50,6 +50,7 @@ class WorkerConfig:
         checkpoint_dir: where job checkpoints go (settings ZICO_CHECKPOINT_DIR).
         data_dir: where workloads read data (settings ZICO_DATA_DIR).
         checkpoint_every_s: seconds of training between checkpoints.
+        var_dir: where the device lock lives (settings VAR_DIR, ``$ZICO_VAR_DIR``).
         gate_headroom: share of the budget the coordinator leaves for the pool's overhead.
 
     Note [Gate headroom]
@@ -72,6 +73,7 @@ class WorkerConfig:
     checkpoint_dir: Path
     data_dir: Path
     checkpoint_every_s: float = 5.0
+    var_dir: Path | None = None
     gate_headroom: float = DEFAULT_GATE_HEADROOM  # 0.15; sent in worker_up, the scheduler plans groups with it
 
     @property

@@ -1,0 +1,75 @@
+"""A real job process (``workers.jobproc``) with a fault injected at one iteration, for the agent's crash tests.
+
+Run as ``python -m faulty_job --spec ...`` (this folder on PYTHONPATH) by a DeviceAgent whose
+``job_module`` is ``faulty_job``. The spec's ``params`` go to the workload as usual; the fault is read from
+the environment of the agent's process: ``ZICO_TEST_FAULT_<job id>=<kind>`` with ``kind`` one of segfault,
+exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind; it strikes inside iteration 2 (forward pass),
+after the job has held pool memory for two iterations. A job without a fault trains normally.
+"""
+import ctypes
+import json
+import os
+import sys
+import time
+
+from workers import jobproc
+from workers.workloads import training
+
+FAULT_AT = 2
+
+
+def strike(kind: str, spec: dict) -> None:
+    import torch
+    import zico_allocator as za
+
+    budget = int(spec.get("test_budget_bytes") or 256 << 20)
+    if kind == "segfault":
+        ctypes.string_at(0)
+    elif kind == "exit3":
+        sys.stderr.write("about to exit with code 3\n")
+        sys.stderr.flush()
+        os._exit(3)
+    elif kind == "exception":
+        raise RuntimeError(f"injected failure in iteration {FAULT_AT}")
+    elif kind == "hang":
+        time.sleep(3600)
+    elif kind == "malloc":  # 2x the budget with plain malloc (a bytearray), every page written
+        held = bytearray(b"\x01") * (2 * budget)
+        time.sleep(3600)
+        del held
+    elif kind == "escape-budget":  # lift the budget from inside, then allocate 2x the budget through torch
+        za.set_budget(None, device="cpu")
+        x = torch.ones(2 * budget // 4, dtype=torch.float32)
+        time.sleep(3600)
+        del x
+    elif kind == "escape-bind":  # unbind (job 0), then allocate 2x the budget through torch
+        with za.bind(0):
+            x = torch.ones(2 * budget // 4, dtype=torch.float32)
+            time.sleep(3600)
+            del x
+    elif kind == "escape-scope":  # route torch around the allocator, then allocate 2x the budget
+        za.set_cpu_scope("off")
+        x = torch.ones(2 * budget // 4, dtype=torch.float32)
+        time.sleep(3600)
+        del x
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[sys.argv.index("--spec") + 1])
+    kind = os.environ.get(f"ZICO_TEST_FAULT_{spec['job']}")
+    if kind:
+        original = training.TrainingJob.run_iteration
+
+        def run_iteration(self, i, marks=None):
+            if i == FAULT_AT:
+                marks.iteration_start(i)
+                marks.phase("forward")
+                strike(kind, spec)
+            return original(self, i, marks)
+
+        training.TrainingJob.run_iteration = run_iteration
+    return jobproc.main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

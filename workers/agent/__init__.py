@@ -1,0 +1,16 @@
+"""The device agent: one per device, inside the device worker process; every job runs as its own OS process.
+
+* :mod:`.settings` — the agent's knobs (timeouts, grace period, bypass margin), read from the environment once.
+* :mod:`.pool` — the device's memory pool as the agent holds it (the allocator's ``AgentPool`` when the binding
+  has it, else each job bounded by the device budget in its own process).
+* :mod:`.launch` — one job process: launch with inherited sockets, read its messages, tail its stderr, stop it.
+* :mod:`.agent` — :class:`DeviceAgent`: the coordinator gate for every job, watchdogs, the outcome of each run.
+* :mod:`.lock` — one agent per device (an ``flock`` that dies with its holder).
+
+The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`.
+"""
+from .agent import DeviceAgent, JobRun
+from .lock import DeviceLocked, lock_device
+from .settings import AgentSettings
+
+__all__ = ["DeviceAgent", "JobRun", "AgentSettings", "DeviceLocked", "lock_device"]

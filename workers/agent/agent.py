@@ -1,0 +1,289 @@
+"""The device agent: holds the device's pool and coordinator, runs each job as its own process, watches it.
+
+:meth:`DeviceAgent.run` launches one job (:class:`workers.agent.launch.JobProcess`) and blocks its caller
+until the process has ended, returning the outcome. Meanwhile, in the job's reader thread, every
+``iteration_begin`` goes through the coordinator's gate (:class:`workers.gate.Gate`, called as the job
+threads called it) and is answered ``go`` when the gate lets it start; marks feed the gate; ``stats`` update
+the job's live figures (read by the reporter). The calling thread supervises, four times a second:
+
+* a stop request (``stop_check()`` -> ``"cancelled"`` / ``"aborted"``): ``stop`` message and SIGTERM, SIGKILL
+  after ``stop_grace_s``;
+* the hang watchdog: no progress message for ``hang_timeout_s`` outside a gate wait -> SIGKILL, failed;
+* bypass detection: the job's ``RssAnon`` above its baseline, allowed share and ``bypass_margin_bytes`` ->
+  SIGKILL, failed ("allocated X bytes outside the allocator (limit Y bytes ...)", Note [Memory outside the
+  allocator]).
+
+Note [Outcome of a job process]
+    The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
+    with the agent's reason; a stop: the stop's status). A process that ends without ``done`` failed:
+    "killed by signal SIGSEGV" / "exited with code 3", then the last stderr lines. Its pool registration is
+    removed as soon as the exit is seen, so every chunk it held is back within a supervision tick.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from ..gate import Gate, RunStopped
+from .launch import JobProcess, describe_exit, rss_anon_bytes
+from .pool import Pool
+from .settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+STOP_CHECK_S = 0.5
+PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "done", "log")
+
+
+@dataclass
+class JobRun:
+    """One job process under the agent, with its live figures (bytes) as the job last reported them."""
+
+    job_id: int
+    spec: dict[str, Any]
+    curve: dict[str, Any] | None = None
+    placement: int | None = None
+    stop_check: Callable[[], str | None] = lambda: None
+    on_message: Callable[[dict[str, Any]], None] = lambda msg: None
+    tenant_id: int = 0
+    # live state
+    pid: int | None = None
+    iteration: int = -1
+    iterations: int = 0
+    phase: str = "setup"
+    allocated: int = 0
+    reserved: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    delay_s: float = 0.0
+    delays: int = 0
+    gate: Any = None
+    done: dict[str, Any] | None = None
+    killed_reason: str | None = None
+    stop_status: str | None = None
+    peak_rss_anon: int = 0
+    baseline_rss_anon: int | None = None
+    ready: bool = False
+    started_at: float = field(default_factory=time.time)
+    last_progress: float = field(default_factory=time.monotonic)
+    in_gate: bool = False
+
+
+class DeviceAgent:
+    """The one agent of a device. ``device`` is ``"cpu"`` or ``"cuda:N"``; bytes throughout.
+
+    Args:
+        capacity_bytes: the pool's capacity (CPU; GPUs: the device memory).
+        budget_bytes: the device budget (bytes); the gate plans with ``coordinator``'s own share of it.
+        coordinator: the device's ``placement.coordinator.Coordinator`` (None: jobs run ungated).
+        settings: timeouts and margins (:class:`AgentSettings`).
+    """
+
+    def __init__(self, device: str, capacity_bytes: int | None, budget_bytes: int, coordinator=None,
+                 settings: AgentSettings | None = None):
+        self.device = device
+        self.settings = settings or AgentSettings.from_env()
+        self.pool = Pool(device, capacity_bytes, budget_bytes)
+        self.capacity_bytes = capacity_bytes
+        self.coordinator = coordinator
+        self._runs: dict[int, JobRun] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.pool.budget_bytes
+
+    def jobs(self) -> list[JobRun]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def set_budget(self, budget_bytes: int) -> None:
+        """The device budget (bytes) for the pool; the caller re-plans the coordinator."""
+        self.pool.set_budget(budget_bytes)
+
+    def close(self) -> None:
+        for run in self.jobs():
+            run.stop_status = run.stop_status or "aborted"
+        self.pool.close()
+
+    # -- one job -------------------------------------------------------------------------------------
+    def run(self, run: JobRun) -> dict[str, Any]:
+        """Launch ``run`` and block until its process ended. Returns ``{status, reason, metrics, pid}``.
+
+        Raises RuntimeError when the job already runs here, CurveError for a malformed curve (nothing started).
+        """
+        gate = Gate(SimpleNamespace(coordinator=self.coordinator,
+                                    link=SimpleNamespace(stop_requested=lambda _j, _p: run.stop_check())),
+                    SimpleNamespace(job=run.job_id, placement=run.placement, curve=run.curve))
+        run.gate = gate
+        with self._lock:
+            if run.job_id in self._runs:
+                raise RuntimeError(f"job {run.job_id} is already running on {self.device}")
+            self._runs[run.job_id] = run
+        agent_fd = None
+        try:
+            agent_fd = self.pool.add_job(run.job_id, run.tenant_id)
+            spec = {**run.spec, "job": run.job_id}
+            if not self.pool.shared:  # Note: per-process pools, each bounded by the device budget
+                spec.setdefault("budget_bytes", self.pool.budget_bytes)
+                spec.setdefault("capacity_bytes", self.capacity_bytes)
+            proc = JobProcess(run.job_id, spec, self.settings.job_module,
+                              lambda msg: self._on_message(run, proc, msg),
+                              lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
+                              agent_fd, self.settings.stderr_lines)
+        except BaseException:
+            with self._lock:
+                self._runs.pop(run.job_id, None)
+            self.pool.remove_job(run.job_id)
+            raise
+        run.pid = proc.pid
+        gate.join(run.job_id)
+        proc.start()
+        try:
+            returncode = self._supervise(run, proc)
+        finally:
+            self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
+            gate.leave(run.job_id)
+            with self._lock:
+                self._runs.pop(run.job_id, None)
+        proc.finish()
+        return self._outcome(run, proc, returncode)
+
+    def _supervise(self, run: JobRun, proc: JobProcess) -> int:
+        s = self.settings
+        next_stop_check = next_rss = 0.0
+        kill_at = None
+        while True:
+            rc = proc.wait(TICK_S)
+            if rc is not None:
+                return rc
+            now = time.monotonic()
+            if run.stop_status is None and now >= next_stop_check:
+                next_stop_check = now + STOP_CHECK_S
+                stop = run.stop_check()
+                if stop:
+                    run.stop_status = stop
+            if run.stop_status is not None and kill_at is None:
+                log.info("job %s: stopping (%s)", run.job_id, run.stop_status)
+                proc.send("stop", reason=run.stop_status)
+                proc.signal(signal.SIGTERM)
+                kill_at = now + s.stop_grace_s
+            if kill_at is not None and now >= kill_at and run.killed_reason is None:
+                run.killed_reason = f"{run.stop_status}: no exit within {s.stop_grace_s:g} s of SIGTERM, killed"
+                proc.signal(signal.SIGKILL)
+            timeout, name = ((s.hang_timeout_s, "ZICO_JOB_HANG_TIMEOUT_S") if run.ready else
+                             (s.startup_timeout_s, "ZICO_JOB_STARTUP_TIMEOUT_S"))
+            if not run.in_gate and run.done is None and now - run.last_progress > timeout:
+                self._kill(run, proc, f"hung: no progress message for {timeout:g} s"
+                                      f"{'' if run.ready else ' before it was ready'} (timeout {name})")
+            if now >= next_rss:
+                next_rss = now + s.rss_interval_s
+                self._check_bypass(run, proc)
+
+    def _check_bypass(self, run: JobRun, proc: JobProcess) -> None:
+        """Note [Memory outside the allocator]
+            A job's chunks from the agent pool are shared memory (memfd), not anonymous memory; what a job
+            allocates around the allocator (plain malloc, ctypes, a bytearray, torch with the shim turned off)
+            is. So its ``RssAnon`` beyond its baseline (sampled at ``hello``: interpreter, torch, client),
+            its allowed share (with per-process pools, whose memory is anonymous: the device budget; with the
+            agent pool: 0) and the margin was allocated outside the allocator, and the job is stopped."""
+        rss = rss_anon_bytes(proc.pid)
+        if rss is None or run.baseline_rss_anon is None:
+            return
+        run.peak_rss_anon = max(run.peak_rss_anon, rss)
+        share = 0 if self.pool.shared else self.pool.budget_bytes
+        limit = run.baseline_rss_anon + share + self.settings.bypass_margin_bytes
+        if rss > limit and run.killed_reason is None:
+            self._kill(run, proc, f"allocated {rss - run.baseline_rss_anon} bytes outside the allocator (limit "
+                                  f"{limit - run.baseline_rss_anon} bytes: share {share} + margin "
+                                  f"{self.settings.bypass_margin_bytes}; anonymous memory {rss}, baseline "
+                                  f"{run.baseline_rss_anon})")
+
+    def _kill(self, run: JobRun, proc: JobProcess, reason: str) -> None:
+        if run.killed_reason is None:
+            run.killed_reason = reason
+            log.warning("job %s (pid %s) killed: %s", run.job_id, proc.pid, reason)
+        proc.signal(signal.SIGKILL)
+
+    def _on_message(self, run: JobRun, proc: JobProcess, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind in PROGRESS_MESSAGES:
+            run.last_progress = time.monotonic()
+        if kind == "stats":
+            run.allocated, run.reserved = msg["allocated"], msg["reserved"]
+            run.peak_allocated = max(run.peak_allocated, msg["peak_allocated"])
+            run.peak_reserved = max(run.peak_reserved, msg["peak_reserved"])
+            run.phase = msg["phase"]
+            self.pool.job_stats(run.job_id, msg["allocated"], msg["reserved"])
+            if run.gate is not None:
+                run.gate.observe(run.job_id, msg["allocated"], run.phase)  # Note [Progress from memory]
+            return
+        if kind == "hello":
+            if msg["job_id"] != run.job_id:
+                self._kill(run, proc, f"protocol error: hello from job {msg['job_id']}, expected {run.job_id}")
+                return
+            run.baseline_rss_anon = rss_anon_bytes(proc.pid)  # Note [Memory outside the allocator]
+        if kind == "ready":
+            run.ready = True
+            run.iterations = msg["iterations"]
+            run.iteration = msg["resumed_from"] - 1
+        elif kind == "iteration_begin":
+            self._begin(run, proc, msg["iteration"])
+        elif kind == "mark":
+            run.phase = msg["kind"]
+            run.gate.progress(run.job_id, msg["kind"], msg["iteration"])
+        elif kind == "iteration_end":
+            run.phase = "done"
+            run.gate.progress(run.job_id, "iteration_end", msg["iteration"])
+        elif kind == "done":
+            run.done = msg
+        elif kind == "log":
+            log.info("job %s: %s", run.job_id, msg["line"][:1000])
+        run.on_message(msg)
+
+    def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
+        run.phase = "wait"
+        run.in_gate = True
+        try:
+            delay = run.gate.wait(run.job_id, iteration)
+        except RunStopped as stopped:
+            run.stop_status = run.stop_status or stopped.status
+            proc.send("stop", reason=run.stop_status)
+            return
+        finally:
+            run.in_gate = False
+            run.last_progress = time.monotonic()
+        run.iteration = iteration
+        run.phase = "forward"
+        if delay > 0:
+            run.delay_s += delay
+            run.delays += 1
+        run.gate.progress(run.job_id, "iteration_start", iteration)
+        proc.send("go", delay_s=float(delay))
+        run.on_message({"type": "go", "iteration": iteration, "delay_s": float(delay)})
+
+    def _outcome(self, run: JobRun, proc: JobProcess, returncode: int) -> dict[str, Any]:
+        """Note [Outcome of a job process]."""
+        metrics = dict((run.done or {}).get("metrics") or {})
+        metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
+                       peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
+                       delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
+        out: dict[str, Any] = {"pid": proc.pid, "returncode": returncode, "metrics": metrics}
+        if run.stop_status is not None and (run.done is None or run.done["status"] != "failed"):
+            reason = "cancelled on request" if run.stop_status == "cancelled" else "aborted (stale placement)"
+            if run.killed_reason:
+                reason += f" ({run.killed_reason})"
+            return {**out, "status": run.stop_status, "reason": reason}
+        if run.killed_reason is not None:
+            return {**out, "status": "failed", "reason": f"{run.killed_reason}; {describe_exit(returncode)}"}
+        if run.done is not None:
+            return {**out, "status": run.done["status"], "reason": run.done.get("reason", "")}
+        tail = proc.tail(self.settings.stderr_lines)  # the fatal error and its stack are in there
+        return {**out, "status": "failed", "reason": describe_exit(returncode) + " before reporting an outcome"
+                + (f"; last stderr lines:\n{tail}" if tail else "")}

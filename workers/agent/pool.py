@@ -1,0 +1,104 @@
+"""The device's memory pool as the agent holds it.
+
+With the allocator's agent pool (``zico_allocator.AgentPool``) the agent owns the one pool of the device: each
+job process gets a socket end (:meth:`Pool.add_job`) through which its allocator client asks for chunks; the
+agent enforces capacity and budget, and :meth:`Pool.remove_job` takes back every chunk a dead job held.
+Without it (a binding that predates the agent pool, or a GPU) each job process installs a pool of its own,
+bounded by the device budget, and the device's figures are the sum of the jobs' own (from their ``stats``
+messages): the coordinator's gate keeps the sum under the budget, the per-process budgets bound each job.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 2 << 20  # the agent pool's grant unit (2 MiB, the allocator's large-segment size)
+
+
+class Pool:
+    """The device's pool: the native agent pool when available (CPU), else per-process pools."""
+
+    def __init__(self, device: str, capacity_bytes: int | None, budget_bytes: int):
+        self.device = device
+        self.capacity_bytes = capacity_bytes
+        self.budget_bytes = int(budget_bytes)
+        self.native = None
+        self._lock = threading.Lock()
+        self._jobs: dict[int, dict[str, int]] = {}  # per-process mode: each job's last stats (bytes)
+        self._peak_reserved = 0
+        self._peak_allocated = 0
+        if device == "cpu":
+            try:
+                from zico_allocator import AgentPool
+            except ImportError:
+                AgentPool = None
+            if AgentPool is not None:
+                self.native = AgentPool(int(capacity_bytes or budget_bytes), self.budget_bytes, CHUNK_BYTES)
+        log.info("device pool for %s: %s", device, "agent pool" if self.native else "per-process pools")
+
+    @property
+    def shared(self) -> bool:
+        """True when the jobs' chunks come from this process's one pool."""
+        return self.native is not None
+
+    def add_job(self, job_id: int, tenant_id: int = 0) -> int | None:
+        """Register a job; returns the fd of its allocator socket end (agent pool) or None."""
+        with self._lock:
+            self._jobs[job_id] = {"allocated": 0, "reserved": 0}
+        return self.native.add_job(job_id, tenant_id) if self.native is not None else None
+
+    def remove_job(self, job_id: int) -> None:
+        """Forget a job; with the agent pool every chunk it held is back in the pool when this returns."""
+        with self._lock:
+            self._jobs.pop(job_id, None)
+        if self.native is not None:
+            self.native.remove_job(job_id)
+
+    def set_budget(self, budget_bytes: int) -> None:
+        self.budget_bytes = int(budget_bytes)
+        if self.native is not None:
+            self.native.set_budget(self.budget_bytes)
+
+    def job_stats(self, job_id: int, allocated: int, reserved: int) -> None:
+        """A job's own figures (its ``stats`` message): in per-process mode they make up the device's."""
+        with self._lock:
+            if job_id not in self._jobs:
+                return
+            self._jobs[job_id] = {"allocated": allocated, "reserved": reserved}
+            self._peak_reserved = max(self._peak_reserved, sum(j["reserved"] for j in self._jobs.values()))
+            self._peak_allocated = max(self._peak_allocated, sum(j["allocated"] for j in self._jobs.values()))
+
+    def held_bytes(self, job_id: int) -> int | None:
+        """Bytes the agent pool has granted ``job_id`` now (None without the agent pool or for an unknown job)."""
+        if self.native is None:
+            return None
+        job = self.native.stats()["jobs"].get(job_id)
+        return None if job is None else int(job["held_bytes"])
+
+    def stats(self) -> dict[str, Any]:
+        """Device figures in bytes: ``allocated``, ``reserved``, ``peak_allocated``, ``peak_reserved``.
+
+        Allocated bytes are the sum of the jobs' own (their stats messages). Reserved bytes are, with the
+        agent pool, the chunks it has granted (``held_bytes``, its ``peak_held_bytes``): what the budget
+        bounds; with per-process pools, the sum of the jobs' reserved bytes as last reported (its peak is
+        sampled at the jobs' stats rate, 5 Hz)."""
+        with self._lock:
+            out = {"allocated": sum(j["allocated"] for j in self._jobs.values()),
+                   "reserved": sum(j["reserved"] for j in self._jobs.values()),
+                   "peak_allocated": self._peak_allocated, "peak_reserved": self._peak_reserved}
+        if self.native is not None:
+            pool = self.native.stats()["pool"]
+            out.update(reserved=int(pool["held_bytes"]), peak_reserved=int(pool["peak_held_bytes"]))
+        return out
+
+    def reset_peaks(self) -> None:
+        with self._lock:
+            self._peak_reserved = self._peak_allocated = 0
+
+    def close(self) -> None:
+        if self.native is not None:
+            self.native.close()
+            self.native = None

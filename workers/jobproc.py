@@ -1,0 +1,303 @@
+"""The job process: one training job in its own OS process, launched and watched by the device agent.
+
+    python -m workers.jobproc --spec '{"job": 7, "workload": "digits-cnn", "params": {...}, ...}'
+
+(the agent passes the control socket's fd in ``ZICO_CONTROL_FD`` and, with the agent pool, the allocator
+client's fd in ``ZICO_AGENT_FD``; see :mod:`workers.agent.launch`). In order:
+
+1. die with the agent (``PR_SET_PDEATHSIG``), open the control socket, install the allocator client before
+   torch allocates anything (the agent's pool when ``ZICO_AGENT_FD`` is set, else a pool of this process
+   bounded by the spec's budget), send ``hello``;
+2. preload the data set, build the catalog job, resume from its checkpoint (as ``workers.runner`` did), send
+   ``ready``;
+3. per iteration: a gate round trip (``iteration_begin`` -> ``go`` or ``stop``) at its start, phase marks,
+   ``iteration_end`` from torch's global optimizer step hook (Note [Iterations from optimizer steps]), a
+   checkpoint every few seconds, ``metric`` once a second; a stats thread sends ``stats`` at 5 Hz;
+4. ``done`` with the status and metrics. A stop (``stop`` message, SIGTERM, or the agent closing the
+   socket) checkpoints and ends ``cancelled`` / ``aborted``. Any exception ends ``failed`` with its message.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from zico_contracts import agent as proto
+
+STATS_INTERVAL_S = 0.2
+METRIC_EVERY_S = 1.0
+PR_SET_PDEATHSIG = 1
+
+
+class Stopped(Exception):
+    """The agent (or SIGTERM) asked the job to stop; ``status`` is ``cancelled`` or ``aborted``."""
+
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status
+
+
+class Control:
+    """The job's end of the control socket: sends messages (thread-safe), answers go/stop in a reader thread."""
+
+    def __init__(self, fd: int):
+        self.sock = socket.socket(fileno=fd)
+        self._send_lock = threading.Lock()
+        self._answer = threading.Condition()
+        self._go: float | None = None
+        self.stop_status: str | None = None
+        self._reader = threading.Thread(target=self._read, name="zico-control", daemon=True)
+        self._reader.start()
+
+    def send(self, msg_type: str, /, **fields: Any) -> None:
+        line = proto.encode(msg_type, **fields)
+        with self._send_lock:
+            self.sock.sendall(line)
+
+    def request_stop(self, status: str) -> None:
+        with self._answer:
+            if self.stop_status is None:
+                self.stop_status = status
+            self._answer.notify_all()
+
+    def _read(self) -> None:
+        reader = proto.LineReader(self.sock, proto.AGENT_TO_JOB)
+        try:
+            while (msg := reader.read()) is not None:
+                if msg["type"] == "go":
+                    with self._answer:
+                        self._go = msg["delay_s"]
+                        self._answer.notify_all()
+                else:
+                    self.request_stop("aborted" if msg["reason"] == "aborted" else "cancelled")
+        except (OSError, proto.ProtocolError):
+            pass
+        self.request_stop("aborted")  # the agent closed the socket: it is gone or gave up on this job
+
+    def begin(self, iteration: int) -> float:
+        """The gate round trip: returns the delay the agent imposed (s); raises Stopped instead of starting."""
+        with self._answer:
+            if self.stop_status:
+                raise Stopped(self.stop_status)
+            self._go = None
+        self.send("iteration_begin", iteration=iteration)
+        with self._answer:
+            self._answer.wait_for(lambda: self._go is not None or self.stop_status is not None)
+            if self.stop_status:
+                raise Stopped(self.stop_status)
+            return self._go
+
+
+class Progress:
+    """The catalog loop's marks (``workers.workloads.training.Marks``) sent to the agent.
+
+    Note [Iterations from optimizer steps]
+        An iteration ends where the optimizer steps: a global post-hook on every torch optimizer
+        (``torch.optim.optimizer.register_optimizer_step_post_hook``) sends ``iteration_end``, so the end is
+        found without the training code saying so; with gradient accumulation, the step after N micro-batches
+        counts once. The start is the gate round trip, which must precede the iteration's allocations.
+    """
+
+    def __init__(self, control: Control):
+        self.control = control
+        self.iteration = -1
+        self.phase_name = "setup"
+        self.delay_s = 0.0
+        self.delays = 0
+        self._t0 = 0.0
+        self._marks: dict[str, float] = {}
+        self._open = False
+
+    def iteration_start(self, i: int) -> None:
+        self.phase_name = "wait"
+        delay = self.control.begin(i)
+        self.delay_s += delay
+        self.delays += delay > 0
+        self.iteration, self._t0, self._marks, self._open = i, time.monotonic(), {}, True
+
+    def phase(self, name: str) -> None:
+        self.phase_name = name
+        self._marks[name] = round(time.monotonic() - self._t0, 6)
+        self.control.send("mark", kind=name, iteration=max(self.iteration, 0))
+
+    def iteration_end(self, i: int) -> None:  # the loop's own mark: the step hook already ended it
+        self.phase_name = "done"
+
+    def optimizer_stepped(self, *_args) -> None:
+        if self._open:
+            self._open = False
+            self.control.send("iteration_end", iteration=self.iteration, marks=self._marks)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the agent died before the prctl took effect
+        os._exit(70)
+
+
+def _install_allocator(spec: dict[str, Any]):
+    """The allocator before any torch allocation: the agent's pool if offered, else one of this process."""
+    import zico_allocator as za
+
+    device = spec["device"]
+    agent_fd = os.environ.get(proto.AGENT_FD_ENV)
+    if agent_fd is not None:  # the agent's pool: its limits hold whatever this process sets
+        za.install_agent_client(int(agent_fd))
+        # Scope "bound": the bound training thread's CPU tensors come from the agent's chunks, as in the job's
+        # profile (the data set, loaded unbound, stays outside). A job that unbinds itself (bind(0)) or turns
+        # the shim off allocates around the pool: the agent's bypass detection stops it (workers.agent.agent).
+        za.install_cpu(scope="bound")
+        return za, "cpu"
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        za.install_cuda(index)
+        adev: Any = index
+    else:
+        za.install_cpu(spec.get("capacity_bytes"))
+        adev = "cpu"
+    if spec.get("budget_bytes"):
+        za.set_budget(int(spec["budget_bytes"]), device=adev)
+    return za, adev
+
+
+def _stats_loop(control: Control, progress: Progress, za, adev, job_id: int, stop: threading.Event) -> None:
+    while not stop.wait(STATS_INTERVAL_S):
+        try:
+            st = za.memory_stats(job=job_id, device=adev)
+            control.send("stats", allocated=int(st.get("allocated_bytes.all.current", 0)),
+                         reserved=int(st.get("reserved_bytes.all.current", 0)),
+                         peak_allocated=int(st.get("allocated_bytes.all.peak", 0)),
+                         peak_reserved=int(st.get("reserved_bytes.all.peak", 0)),
+                         iteration=progress.iteration, phase=progress.phase_name)
+        except OSError:
+            return
+        except Exception:  # stats are best effort; training goes on
+            continue
+
+
+def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
+    """Build, resume and train the job; returns the ``done`` fields (status, metrics[, reason])."""
+    za, adev = _install_allocator(spec)
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from workers import checkpoints
+    from workers.workloads.catalog import validate_params
+    from workers.workloads.models import preload_data
+    from workers.workloads.training import create_training_job
+
+    job_id, device = spec["job"], spec["device"]
+    control.send("hello", version=proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
+    preload_data(validate_params(spec["workload"], spec["params"]), spec.get("data_dir"))  # outside the binding
+    stream = torch.cuda.Stream(device=device) if device.startswith("cuda") else None
+    progress = Progress(control)
+    stats_stop = threading.Event()
+    with (torch.cuda.stream(stream) if stream is not None else _Null()), za.bind(job_id):
+        job = create_training_job(spec["workload"], spec["params"], device=device, data_dir=spec.get("data_dir"))
+        ckpt = checkpoints.load(spec["checkpoint_dir"], job_id, spec.get("job_created_at"))
+        first, prior_s = 0, 0.0
+        if ckpt is not None:
+            job.load_state_dict(ckpt["state"])
+            first, prior_s = job.iterations_done, float(ckpt.get("train_s", 0.0))
+        register_optimizer_step_post_hook(progress.optimizer_stepped)
+        threading.Thread(target=_stats_loop, args=(control, progress, za, adev, job_id, stats_stop),
+                         name="zico-stats", daemon=True).start()
+        control.send("ready", resumed_from=first, iterations=job.iterations)
+        every = float(spec.get("checkpoint_every_s") or "inf")  # None: no periodic checkpoints
+        t0 = time.monotonic()
+        next_ckpt, next_metric = t0 + every, t0 + METRIC_EVERY_S
+        status, i = "succeeded", first - 1
+        saves = checkpoints.SaveTally()  # a failed save is counted, not fatal (workers.checkpoints)
+        try:
+            for i in range(first, job.iterations):
+                job.run_iteration(i, progress)
+                now = time.monotonic()
+                if now >= next_ckpt and i + 1 < job.iterations:
+                    progress.phase_name = "checkpoint"
+                    saves.save(spec["checkpoint_dir"], job_id, i, job.state_dict(), train_s=prior_s + now - t0,
+                               job_created_at=spec.get("job_created_at"))
+                    next_ckpt = time.monotonic() + every
+                if now >= next_metric:
+                    next_metric = now + METRIC_EVERY_S
+                    control.send("metric", values=_plain({**job.metrics(), "iteration": i + 1}))
+        except Stopped as stopped:
+            status = stopped.status
+            if job.iterations_done > first:  # Note: a stop keeps the work done (the agent drops it on cancel)
+                saves.save(spec["checkpoint_dir"], job_id, job.iterations_done - 1, job.state_dict(),
+                           train_s=prior_s + time.monotonic() - t0, job_created_at=spec.get("job_created_at"))
+        if stream is not None:
+            stream.synchronize()
+        stats_stop.set()
+        train_s = time.monotonic() - t0
+        ran = job.iterations_done - first
+        st = za.memory_stats(job=job_id, device=adev)
+        metrics = {**_plain(job.metrics()), "train_s": round(train_s, 3), "resumed_from": first,
+                   "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
+                   "gate_delay_s": round(progress.delay_s, 4), "gate_waits": progress.delays,
+                   "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
+                   "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0)), **saves.metrics()}
+    progress.phase_name = "done"
+    return {"status": status, "metrics": metrics,
+            **({"reason": "cancelled on request"} if status == "cancelled" else {})}
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is None or isinstance(v, (int, float, str, bool))}
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0 after a ``done`` message was sent (whatever the job's status), 2 for a bad spec."""
+    ap = argparse.ArgumentParser(prog="python -m workers.jobproc", description="One Zico training job process.")
+    ap.add_argument("--spec", required=True, help="the job's spec as JSON (written by the device agent)")
+    a = ap.parse_args(argv)
+    _die_with_parent()
+    faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
+    spec = json.loads(a.spec)
+    control = Control(int(os.environ[proto.CONTROL_FD_ENV]))
+    signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
+    try:
+        done = train(spec, control)
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        reason = f"{type(exc).__name__}: {exc}"[:1500]
+        oom = _last_oom(spec)
+        done = {"status": "failed", "reason": reason + (f" (allocator: {oom})" if oom else ""), "metrics": {}}
+    control.send("done", **done)
+    control.sock.shutdown(socket.SHUT_WR)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown: torch's and the allocator's atexit work is not needed
+
+
+def _last_oom(spec: dict[str, Any]):
+    za = sys.modules.get("zico_allocator")
+    try:
+        return za.last_oom(device="cpu" if spec["device"] == "cpu" else int(spec["device"].partition(":")[2] or 0))
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
