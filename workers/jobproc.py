@@ -32,17 +32,11 @@ from typing import Any
 
 from zico_contracts import agent as proto
 
+from .gate import RunStopped as Stopped  # the agent (or SIGTERM) asked the job to stop: cancelled or aborted
+
 STATS_INTERVAL_S = 0.2
 METRIC_EVERY_S = 1.0
 PR_SET_PDEATHSIG = 1
-
-
-class Stopped(Exception):
-    """The agent (or SIGTERM) asked the job to stop; ``status`` is ``cancelled`` or ``aborted``."""
-
-    def __init__(self, status: str):
-        super().__init__(status)
-        self.status = status
 
 
 class Control:
