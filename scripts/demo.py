@@ -53,7 +53,7 @@ GATE_HEADROOM_MARGIN = 0.15
 #   The scheduler co-locates jobs only where its plan predicts no job slows by more than ZICO_MAX_SLOWDOWN
 #   (default 1.6x: beyond that a tenant's job would do better waiting for a device of its own). On 2 CPU
 #   cores these two jobs' peaks cannot overlap under a budget below the sum of their peaks, so the gate lets
-#   the shorter job run about one iteration per iteration of the longer one, and the plan predicts it 1.2-2.5x
+#   the shorter job run about one iteration per iteration of the longer one, and the plan predicts it 1.2-2.8x
 #   slower, depending on how the machine's load stretches each job (measured over many runs of this demo).
 #   At 1.6x the scheduler accepts the pair only within a few MiB of the sum, or not at all. So the demo runs
 #   its scheduler with a limit of DEMO_MAX_SLOWDOWN, and says so; set ZICO_MAX_SLOWDOWN to override it
