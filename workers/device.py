@@ -1,7 +1,7 @@
 """The device worker's process-wide state: which device it owns, its allocator, its link to Redis, and the
 jobs running on it now (read by the reporter, written by the job threads).
 
-One worker process owns one device (DESIGN.md). :func:`configure` builds the one :class:`DeviceRuntime`
+One worker process owns one device (docs/architecture.md). :func:`configure` builds the one :class:`DeviceRuntime`
 at worker start (``workers.bootstrap``); tasks reach it through :func:`runtime`.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The device worker's link to the web side through Redis: lifecycle messages, samples, heartbeats, control keys.
 
-A device worker never touches the database (DESIGN.md); everything it tells the web side goes through this
+A device worker never touches the database (docs/architecture.md); everything it tells the web side goes through this
 class, with the names declared in :mod:`zico.telemetry.keys`.
 
 Note [Redis outages]

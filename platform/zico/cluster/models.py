@@ -246,7 +246,7 @@ class Placement(models.Model):
 
         Creates the Placement, moves every job ready → placed (a status_change Event each) and
         records one ``placement`` Event per tenant involved. Jobs on one device share one worker
-        process (DESIGN.md), so jobs of different tenants — counting jobs already placed or running
+        process (docs/architecture.md), so jobs of different tenants — counting jobs already placed or running
         on the device — may meet only when every tenant involved allows cross-tenant co-location.
 
         Raises:

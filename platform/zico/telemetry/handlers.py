@@ -1,6 +1,6 @@
 """What the control consumer does with each message from a device worker: the database side of the link.
 
-Device workers never write the database (DESIGN.md); these functions do it for them, one message at a time.
+Device workers never write the database (docs/architecture.md); these functions do it for them, one message at a time.
 Each handler is idempotent where a message may be seen twice (a consumer that dies before acking re-reads
 its pending messages), and refuses stale runs: a ``job_started`` for a placement that is no longer the job's
 active one gets that run aborted through Redis (see :func:`zico.telemetry.keys.abort_key`).

@@ -1,6 +1,6 @@
 """Redis key and channel names — the one module that declares them, shared by device workers and the web side.
 
-Device workers talk to the web side only through Redis (DESIGN.md). Everything they exchange is named here:
+Device workers talk to the web side only through Redis (docs/architecture.md). Everything they exchange is named here:
 
 =================================  ======  ====================================================================
 name                               type    meaning

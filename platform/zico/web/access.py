@@ -1,6 +1,6 @@
 """Who may see what: the tenant-scoped lookups every page and JSON endpoint of the web UI goes through.
 
-Rules (DESIGN.md, "Multi-tenancy"):
+Rules (docs/architecture.md, "Tenancy"):
 
 * a job is visible to members (any role) of its tenant and to cluster staff (``is_staff``);
 * a device timeline is visible to cluster staff, and to admins/owners of a tenant that has (or had) a job
