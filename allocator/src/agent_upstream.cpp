@@ -137,13 +137,7 @@ void* AgentUpstream::request(size_t bytes, bool wait) {
   if (!base) {
     refusal_ = std::string("agent granted the chunks but mapping them failed: ") + std::strerror(errno);
     lk.unlock();
-    Msg r = make_msg(kReturn);
-    for (size_t off = 0; off < ids.size(); off += kMaxIds) {
-      r.n = static_cast<uint32_t>(std::min<size_t>(kMaxIds, ids.size() - off));
-      std::copy(ids.begin() + off, ids.begin() + off + r.n, r.ids);
-      std::lock_guard<std::mutex> s(send_mu_);
-      send_packet(fd_, &r, sizeof(r), nullptr, 0);
-    }
+    send_return(ids);
     return nullptr;
   }
   segments_.emplace(base, std::move(ids));
@@ -170,6 +164,10 @@ void AgentUpstream::release(void* ptr, size_t /*bytes*/) {
   if (forked()) return;         // the job still holds these chunks (Note [Fork])
   size_t w = wanted_.load();
   while (w > 0 && !wanted_.compare_exchange_weak(w, w > mapped ? w - mapped : 0)) {}
+  send_return(ids);
+}
+
+void AgentUpstream::send_return(const std::vector<uint32_t>& ids) {
   Msg r = make_msg(kReturn);
   for (size_t off = 0; off < ids.size(); off += kMaxIds) {
     r.n = static_cast<uint32_t>(std::min<size_t>(kMaxIds, ids.size() - off));

@@ -60,6 +60,7 @@ class AgentUpstream final : public Upstream {
   AgentUpstream(int fd, uint64_t chunk, uint64_t capacity, const zico_chunk_mapper& mapper);
   bool forked() const;  // true in a child forked from the job: the socket is not ours to use
   void* request(size_t bytes, bool wait);
+  void send_return(const std::vector<uint32_t>& ids);  // hands chunks back, kMaxIds a message
   void listen();
   void reclaim_loop();
 
