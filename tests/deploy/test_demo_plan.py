@@ -1,25 +1,16 @@
 """scripts/demo_plan.py: the demo's budget is one the scheduler's own policy accepts for the pair, below the sum
 of their solo peaks, and its checks fail with their figures when a condition does not hold."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from placement.curves import triangular_curve
 from placement.policies import MemoryAware
 
 MIB = 1 << 20
-PLAN = Path(__file__).resolve().parents[2] / "scripts" / "demo_plan.py"
 
 
 @pytest.fixture(scope="module")
-def dp():
-    spec = importlib.util.spec_from_file_location("zico_demo_plan", PLAN)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+def dp(load_script):
+    return load_script("demo_plan.py", "zico_demo_plan")
 
 
 CURVES = [triangular_curve(5 * MIB, 110 * MIB, iteration_s=0.12), triangular_curve(5 * MIB, 190 * MIB, iteration_s=0.5)]

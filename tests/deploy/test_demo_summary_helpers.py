@@ -1,12 +1,10 @@
 """scripts/demo.py's summary helpers: the device peak is read from the stored device timeline only once the
 control consumer has stored past the jobs' end, and a process that died is reported with its real log path."""
-import importlib.util
 import subprocess
 import sys
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -15,15 +13,11 @@ from zico.cluster.models import Device, Node
 from zico.telemetry.models import TimelinePoint
 
 MIB = 1 << 20
-DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
 
 
 @pytest.fixture(scope="module")
-def demo():
-    spec = importlib.util.spec_from_file_location("zico_demo_script", DEMO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def demo(load_script):
+    return load_script("demo.py", "zico_demo_script")
 
 
 def _point(device, second, reserved):
