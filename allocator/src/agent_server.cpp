@@ -143,6 +143,26 @@ void AgentServer::set_budget(uint64_t bytes) {
   decide();
 }
 
+// Note [Yielding jobs]
+// ~~~~~~~~~~~~~~~~~~~
+// Rule 3 asks a job for its cache only on behalf of a waiter that holds no more than it does, so a
+// job that never frees cannot drain a steady neighbour's cache between that neighbour's iterations.
+// But a job the device's coordinator holds back at its iteration start (the time shift) is
+// *yielding*: the plan says the others run now, and the memory it keeps cached is exactly what they
+// need for their forward pass (Zico's sharing: one job's freed memory serves the other's forward).
+// The agent marks it (set_yielding, from the coordinator gate in workers/agent/agent.py) while it
+// waits there, and any waiter may then reclaim from it, whatever either holds. Without this, a
+// larger job waiting for 20 MiB stalled 30 s beside a gated neighbour caching 140 MiB, until its
+// request was refused (measured in the demo with each job in its own process).
+bool AgentServer::set_yielding(int64_t job, bool yielding) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  it->second.yielding = yielding;
+  send_reclaims();
+  return true;
+}
+
 void AgentServer::set_wait(double seconds) {
   std::lock_guard<std::mutex> lk(mu_);
   wait_s_ = seconds;
@@ -299,8 +319,8 @@ void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
 //   2. A request asked with wait = 0 that does not fit is refused at once (the job then returns its
 //      own cached free segments and asks again with wait = 1: its pool does that in one
 //      allocation, see DevicePool::allocate).
-//   3. While a request waits, every job that is not waiting and holds at least as much as the waiter is
-//      sent RECLAIM(shortfall); while held > budget (after a deadlock grant or a lowered budget)
+//   3. While a request waits, every job that is not waiting and holds at least as much as the waiter
+//      (or is yielding: Note [Yielding jobs]) is sent RECLAIM(shortfall); while held > budget (after a deadlock grant or a lowered budget)
 //      every job is sent RECLAIM(held - budget). A job answers by returning wholly free cached
 //      segments (at once from its listener thread, and again on each free): RETURN messages.
 //   4. Deadlock: when at least two jobs wait and no connected job outside the waiters holds a
@@ -463,7 +483,8 @@ void AgentServer::send_reclaims() {
     if (!x.pending.active) {
       for (auto& kw : jobs_) {
         const Job& w = kw.second;
-        if (&w == &x || !w.connected || !w.pending.active || !w.pending.wait || w.held.size() > x.held.size()) continue;
+        if (&w == &x || !w.connected || !w.pending.active || !w.pending.wait) continue;
+        if (w.held.size() > x.held.size() && !x.yielding) continue;  // Note [Yielding jobs]
         const uint64_t need = w.pending.chunks * chunk_;
         uint64_t shortfall = 0;
         if (budget_ != kNone && held + need > budget_) shortfall = held + need - budget_;

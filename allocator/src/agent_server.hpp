@@ -33,6 +33,8 @@ class AgentServer {
   bool remove_job(int64_t job, std::string* why);
   void set_budget(uint64_t bytes);
   void set_wait(double seconds);
+  // Note [Yielding jobs] in agent_server.cpp; false for an unknown job.
+  bool set_yielding(int64_t job, bool yielding);
   std::string stats_json();
 
  private:
@@ -54,6 +56,7 @@ class AgentServer {
     int64_t id = 0, tenant = 0;
     int fd = -1;
     bool connected = false;
+    bool yielding = false;  // held back by the device's coordinator: its cache is anyone's (Note [Yielding jobs])
     std::vector<uint32_t> held;  // chunk ids
     Pending pending;
     uint64_t reclaim_sent = 0;

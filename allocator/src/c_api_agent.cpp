@@ -93,6 +93,15 @@ int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes) {
   });
 }
 
+int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding) {
+  return agent_guarded([&] {
+    if (!agent) return agent_fail("agent must not be NULL");
+    if (!agent->server->set_yielding(job_id, yielding != 0))
+      return agent_fail("no job " + std::to_string(job_id) + " in this agent");
+    return 0;
+  });
+}
+
 int zico_agent_set_wait(zico_agent_t* agent, double seconds) {
   return agent_guarded([&] {
     if (!agent) return agent_fail("agent must not be NULL");

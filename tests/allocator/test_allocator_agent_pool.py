@@ -169,6 +169,39 @@ def test_a_retrying_job_never_holds_more_than_the_budget(agent):
 
 
 @pytest.mark.timeout(60)
+def test_a_yielding_jobs_cache_serves_a_larger_waiter_and_only_then(agent):
+    """Note [Yielding jobs]: a smaller job's cache is not reclaimed for a larger waiter (a greedy job must not
+    drain a steady one), unless the coordinator holds the smaller job back at its iteration start."""
+    budget = 6 * STEP
+    pool = agent(budget * 2, budget, wait_s=1.0)
+    small = JobProcess(pool, 1, 1, "script", "--step-bytes", STEP)
+    big = JobProcess(pool, 2, 1, "script", "--step-bytes", STEP)
+    for _ in range(2):
+        small.send("alloc")
+        assert small.until("alloc")["alloc"]
+    small.send("free")
+    assert small.until("freed")["reserved"] == 2 * STEP  # cached, still held from the agent
+    for _ in range(4):
+        big.send("alloc")
+        assert big.until("alloc")["alloc"]
+    assert pool.stats()["pool"]["held_bytes"] == budget
+    big.send("alloc")  # the small job holds less and is not held back: nobody is asked, the wait runs out
+    refused = big.until("alloc")
+    assert not refused["alloc"] and pool.stats()["jobs"][1]["held_bytes"] == 2 * STEP
+    pool.set_yielding(1, True)  # the coordinator now holds the small job at its gate
+    big.send("alloc")
+    granted = big.until("alloc")
+    assert granted["alloc"] and granted["blocks"] == 5
+    stats = pool.stats()
+    assert stats["jobs"][1]["held_bytes"] < 2 * STEP and stats["pool"]["held_bytes"] <= budget
+    assert stats["pool"]["transfers"] >= STEP // (2 * MiB)  # the small job's chunks went to the big one
+    with pytest.raises(za.ZicoError, match="no job 99"):
+        pool.set_yielding(99, True)
+    small.finish()
+    big.finish()
+
+
+@pytest.mark.timeout(60)
 def test_deadlock_grant_then_the_pool_returns_under_the_budget(agent):
     budget, capacity = 48 * MiB, 96 * MiB
     pool = agent(capacity, budget, wait_s=20.0)

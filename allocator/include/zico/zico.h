@@ -117,6 +117,9 @@ int zico_agent_add_job(zico_agent_t* agent, int64_t job_id, int64_t tenant_id, i
  * stays in the stats. */
 int zico_agent_remove_job(zico_agent_t* agent, int64_t job_id);
 int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes);
+/* Marks a job held back by the device's coordinator (1) or not (0): while marked, any waiting request
+ * may reclaim its cached segments (Note [Yielding jobs] in agent_server.cpp). */
+int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding);
 /* Bound on how long a request waits for room before it is refused (seconds; default
  * ZICO_BUDGET_WAIT_S). */
 int zico_agent_set_wait(zico_agent_t* agent, double seconds);

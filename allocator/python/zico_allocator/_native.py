@@ -70,6 +70,7 @@ _SIGNATURES = {
     "zico_agent_remove_job": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "zico_agent_set_budget": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
     "zico_agent_set_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
+    "zico_agent_set_yielding": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]),
     "zico_agent_stats_json": (ctypes.c_void_p, [ctypes.c_void_p]),
     "zico_agent_destroy": (None, [ctypes.c_void_p]),
     "zico_install_agent_client": (ctypes.c_int, [ctypes.c_int]),
