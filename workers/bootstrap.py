@@ -1,4 +1,4 @@
-"""Starting a device worker: one process per device, Celery threads pool, the shared allocator installed first.
+"""Starting a device worker: one process per device, Celery threads pool, the device agent created first.
 
 The documented way (see docs/workers.md)::
 
@@ -6,10 +6,13 @@ The documented way (see docs/workers.md)::
     python -m workers.bootstrap --kind cpu --capacity 3GiB --slots 2 [--budget 2GiB]
 
 It consumes ``gpu.<host>.<index>`` (or ``cpu.<host>``) with ``--slots`` threads (the most jobs that may share
-the device). At Celery's ``worker_init`` — in the main process, before any task is fetched — it describes the
-device (NVML, or the configured CPU capacity), installs the shared allocator (Note [Allocator before CUDA,
-and never in a forked child] in :mod:`workers.binding`), creates the device's coordinator, registers the
-device (``worker_up``) and starts the reporter (samples at 5 Hz, heartbeats every second).
+the device; each task thread waits for its job's process). At Celery's ``worker_init`` — in the main process,
+before any task is fetched — it describes the device (NVML, or the configured CPU capacity), creates the
+device's coordinator and its agent (:class:`workers.agent.DeviceAgent`: the device's one memory pool, which
+every job process draws on, and the watchdogs), registers the device (``worker_up``) and starts the reporter
+(samples at 5 Hz, heartbeats every second). The worker process itself never initialises CUDA: each job's
+process does, after installing its allocator client (Note [Allocator before CUDA, and never in a forked
+child] in :mod:`workers.jobproc`).
 The worker never opens the database; settings are read only for Redis, host and directories.
 """
 from __future__ import annotations
@@ -72,8 +75,9 @@ def build_config(args: argparse.Namespace):
                         gate_headroom=args.gate_headroom, var_dir=settings.VAR_DIR)
 
 
-FORKING_POOL_MESSAGE = ("a Zico device worker runs Celery's threads pool only (-P threads): its jobs share the "
-                        "allocator installed in this process, and a forked pool process would have none")
+FORKING_POOL_MESSAGE = ("a Zico device worker runs Celery's threads pool only (-P threads): its jobs draw on the "
+                        "one memory pool and coordinator of the device agent in this process, and a forked pool "
+                        "process would hold a second agent with the full budget")
 
 
 def check_pool(pool_cls) -> None:
@@ -84,25 +88,22 @@ def check_pool(pool_cls) -> None:
 
 
 def start_device(config) -> None:
-    """Describe the device, install the allocator, start the coordinator and the reporter, register."""
+    """Describe the device, start its coordinator and agent (the pool), the reporter, and register."""
     global _reporter
-    from . import binding
+    from placement.coordinator import Coordinator
+
+    from .agent import AgentSettings, DeviceAgent
     from .device import DeviceRuntime, describe, set_runtime
     from .link import Link
     from .reporter import Reporter
 
     info = describe(config)
     budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
-    allocator = binding.install(config.kind, config.index, info.total_bytes, budget)
+    coordinator = Coordinator(config.gate_fraction * budget)  # Note [Gate headroom] (workers.device)
+    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env())
     link = Link(config.redis_url, config.device)
-    rt = DeviceRuntime(config, info, allocator, link)
+    rt = DeviceRuntime(config, info, agent, link)
     rt.budget_bytes = budget
-    try:
-        from placement.coordinator import Coordinator
-
-        rt.coordinator = Coordinator(config.gate_fraction * budget)  # Note [Gate headroom] (workers.device)
-    except ImportError:  # pragma: no cover - the placement package ships with the project
-        log.warning("placement.coordinator unavailable: jobs run ungated (the allocator budget still holds)")
     set_runtime(rt)
     link.emit("worker_up", started_at=time.time(), **rt.registration())
     _reporter = Reporter(rt)
@@ -129,7 +130,9 @@ def stop_device() -> None:
 
     if _reporter is not None:
         try:
-            runtime().link.emit("worker_down")
+            rt = runtime()
+            rt.link.emit("worker_down")
+            rt.agent.close()
         except RuntimeError:
             pass
         _reporter.stop()

@@ -3,7 +3,7 @@
 The device worker's machinery without Redis or a database, for the GPU check script and for benchmarks:
 each job profiled alone in this process through the allocator (its allocator-trace curve: solo peak and
 iteration time), then all jobs run together — each as its own process (``python -m workers.jobproc``) under
-one device agent (:mod:`workers.agent`: the agent pool on CPU, per-process pools on CUDA), gated by one
+one device agent (:mod:`workers.agent`: the agent pool, memfd chunks on CPU and VMM chunks on CUDA), gated by one
 coordinator — under ``budget = fraction x sum of solo peaks`` (at least the group's minimal feasible budget;
 the report says which applied). A job that fails (crash, error) is recorded with its ``status`` and reason;
 the others run on. Figures, as in the demo: per-job peaks, the
@@ -254,6 +254,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "sum_solo_reserved_peaks_bytes": int(solo_reserved_sum),
         "sum_solo_peaks_bytes": int(solo_sum), "reserved_before_bytes": leftover, "pool_peak_reserved_bytes": int(pool["peak_reserved"]),
         "pool_peak_allocated_bytes": int(pool["peak_allocated"]), "pool": pool_kind, "wall_s": wall, "errors": errors,
+        # reuse across processes: chunks one job process returned that the agent then granted to another
+        "transfer_bytes": pool.get("transfer_bytes"), "transfers": pool.get("transfers"),
         # "delays": the coordinator's own delay records (an iteration held back by the sharing plan);
         # "gate_waits": all the time the jobs waited at the gate (the per-job delay_s summed), which also
         # counts each job's first iteration waiting for the others' to end (Gate.wait's warm-up rule)

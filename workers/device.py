@@ -1,5 +1,5 @@
-"""The device worker's process-wide state: which device it owns, its allocator, its link to Redis, and the
-jobs running on it now (read by the reporter, written by the job threads).
+"""The device worker's process-wide state: which device it owns, its device agent (the pool, the coordinator and
+the job processes running now, read by the reporter), and its link to Redis.
 
 One worker process owns one device (docs/architecture.md). :func:`configure` builds the one :class:`DeviceRuntime`
 at worker start (``workers.bootstrap``); tasks reach it through :func:`runtime`.
@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class JobState:
-    """What the reporter publishes about one running job (updated by its thread)."""
-
-    job_id: int
-    iterations: int
-    iteration: int = -1  # last started iteration
-    phase: str = "setup"  # setup | wait | forward | backward | optimizer | checkpoint | done
-    started_at: float = field(default_factory=time.time)
-    gate: Any = None  # the job's workers.gate.Gate, fed live allocated bytes by the reporter
-
-
-@dataclass
 class WorkerConfig:
     """How one device worker was started (see ``python -m workers.bootstrap --help``).
 
@@ -43,7 +29,8 @@ class WorkerConfig:
         kind: ``"gpu"`` or ``"cpu"``.
         host: host name used in queue names and device keys.
         index: GPU index (0 for the CPU pool).
-        slots: the most jobs that may share the device (Celery threads-pool concurrency).
+        slots: the most jobs that may share the device (Celery threads-pool concurrency: each job's
+            task thread waits for its job process).
         capacity_bytes: CPU pool capacity (CPU mode; ignored for GPUs, which report NVML memory.total).
         budget_bytes: initial budget in bytes (None: the device total).
         redis_url: broker and telemetry Redis.
@@ -85,54 +72,49 @@ class WorkerConfig:
     def device(self) -> str:
         return keys.device_key(self.kind, self.host, self.index)
 
+    @property
+    def torch_device(self) -> str:
+        """The device as torch names it in the job processes: ``cuda:<index>`` or ``cpu``."""
+        return f"cuda:{self.index}" if self.kind == "gpu" else "cpu"
+
 
 class DeviceRuntime:
-    """State shared by the job threads and the reporter of one device worker."""
+    """State shared by the task threads and the reporter of one device worker.
 
-    def __init__(self, config: WorkerConfig, info: DeviceInfo, allocator: Any, link: Link):
+    ``agent`` is the device's :class:`workers.agent.DeviceAgent` (its pool, its coordinator, the job processes it
+    runs); None only in tests that need the registration alone."""
+
+    def __init__(self, config: WorkerConfig, info: DeviceInfo, agent: Any, link: Link):
         self.config = config
         self.info = info
-        self.allocator = allocator  # the zico_allocator module, installed
+        self.agent = agent
         self.link = link
         self.pid = os.getpid()
-        self._jobs: dict[int, JobState] = {}
-        self._lock = threading.Lock()
         self.budget_bytes = config.budget_bytes or info.total_bytes
-        self.coordinator = None  # set by bootstrap when the placement package provides one
 
     @property
     def device(self) -> str:
         return self.config.device
 
     @property
-    def alloc_device(self):
-        """The device argument of zico_allocator calls: the GPU index, or ``"cpu"`` for the host pool."""
-        return self.config.index if self.config.kind == "gpu" else "cpu"
+    def coordinator(self):
+        """The device's coordinator (``placement.coordinator.Coordinator``), held by the agent."""
+        return None if self.agent is None else self.agent.coordinator
 
     @property
     def torch_device(self) -> str:
-        return f"cuda:{self.config.index}" if self.config.kind == "gpu" else "cpu"
+        return self.config.torch_device
 
-    def add_job(self, state: JobState) -> None:
-        with self._lock:
-            if state.job_id in self._jobs:
-                raise RuntimeError(f"job {state.job_id} is already running on {self.device}")
-            self._jobs[state.job_id] = state
-
-    def remove_job(self, job_id: int) -> None:
-        with self._lock:
-            self._jobs.pop(job_id, None)
-
-    def jobs(self) -> list[JobState]:
-        with self._lock:
-            return list(self._jobs.values())
+    def jobs(self) -> list:
+        """The job processes running now (``workers.agent.JobRun``: runs and profiles)."""
+        return [] if self.agent is None else self.agent.jobs()
 
     def set_budget(self, budget_bytes: int) -> None:
-        """Apply a new device budget (bytes) to the allocator and the coordinator."""
+        """Apply a new device budget (bytes) to the agent's pool and the coordinator."""
         if budget_bytes == self.budget_bytes:
             return
         log.info("device %s: budget %d -> %d bytes", self.device, self.budget_bytes, budget_bytes)
-        self.allocator.set_budget(int(budget_bytes), device=self.alloc_device)
+        self.agent.set_budget(int(budget_bytes))
         if self.coordinator is not None:
             self.coordinator.set_budget(self.config.gate_fraction * int(budget_bytes))
         self.budget_bytes = int(budget_bytes)

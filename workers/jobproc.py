@@ -15,6 +15,18 @@ client's fd in ``ZICO_AGENT_FD``; see :mod:`workers.agent.launch`). In order:
    checkpoint every few seconds, ``metric`` once a second; a stats thread sends ``stats`` at 5 Hz;
 4. ``done`` with the status and metrics. A stop (``stop`` message, SIGTERM, or the agent closing the
    socket) checkpoints and ends ``cancelled`` / ``aborted``. Any exception ends ``failed`` with its message.
+
+Note [Allocator before CUDA, and never in a forked child]
+    PyTorch accepts a pluggable CUDA allocator only before its first CUDA allocation, and CUDA cannot be
+    initialised again in a forked child ("Cannot re-initialize CUDA in forked subprocess"). So the device
+    worker never initialises CUDA itself (it reads its GPU through NVML), runs Celery's *threads* pool
+    (nothing is forked), and launches each job with ``subprocess`` (fork and exec at once: the job starts in
+    a clean interpreter); the job process installs its allocator client before torch allocates anything.
+    A fork handler in the worker hides the GPU from any child forked without an exec (workers.bootstrap).
+
+A spec with ``"profile": {"warmup", "steady"[, "time_limit_s"]}`` is a *profile run* instead (the body of
+``zico.device.profile_job``): the job's first iterations through the same allocator client, ungated, turned
+into its memory curve (``workers.curves.capture.profile_curve``), which ``done`` carries.
 """
 from __future__ import annotations
 
@@ -22,6 +34,7 @@ import argparse
 import ctypes
 import faulthandler
 import json
+import logging
 import os
 import signal
 import socket
@@ -131,6 +144,21 @@ class Progress:
             self.control.send("iteration_end", iteration=self.iteration, marks=self._marks)
 
 
+class _AgentLogHandler(logging.Handler):
+    """Sends the job's log records (WARNING and above: a checkpoint that could not be saved, ...) to the agent,
+    which writes them to the device worker's log under the job's id."""
+
+    def __init__(self, control: Control):
+        super().__init__(logging.WARNING)
+        self.control = control
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.control.send("log", line=self.format(record)[:4000], level=record.levelname.lower())
+        except Exception:  # the agent is gone; the record is on stderr too
+            pass
+
+
 def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -147,6 +175,11 @@ def _install_allocator(spec: dict[str, Any]):
 
     device = spec["device"]
     agent_fd = os.environ.get(proto.AGENT_FD_ENV)
+    if agent_fd is not None and device.startswith("cuda"):  # the agent's VMM chunks, before CUDA initialises
+        index = int(device.partition(":")[2] or 0)
+        za.install_agent_client(int(agent_fd), device=index)
+        za.install_cuda(index)
+        return za, index
     if agent_fd is not None:  # the agent's pool: its limits hold whatever this process sets
         za.install_agent_client(int(agent_fd))
         # Scope "bound": the bound training thread's CPU tensors come from the agent's chunks, as in the job's
@@ -247,6 +280,44 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
             **({"reason": "cancelled on request"} if status == "cancelled" else {})}
 
 
+def profile(spec: dict[str, Any], control: Control) -> dict[str, Any]:
+    """A profile run (Note [Profiling time limit] in workers.profiling): returns the ``done`` fields, with
+    the memory curve when it succeeded, or ``failed`` with the reason it stopped."""
+    za, adev = _install_allocator(spec)
+    from workers.curves.capture import ProfileStopped, profile_curve
+
+    job_id, prof = spec["job"], spec["profile"]
+    warmup, steady, limit = int(prof["warmup"]), int(prof["steady"]), prof.get("time_limit_s")
+    control.send("hello", version=proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
+    control.send("ready", resumed_from=0, iterations=warmup + steady)
+    progress = Progress(control)
+    progress.phase_name = "forward"
+    stats_stop = threading.Event()
+    threading.Thread(target=_stats_loop, args=(control, progress, za, adev, job_id, stats_stop),
+                     name="zico-stats", daemon=True).start()
+    t0 = time.monotonic()
+
+    def stop(done: int) -> str | None:
+        progress.iteration = done
+        control.send("metric", values={"iteration": done})  # progress for the watchdog and the page
+        elapsed = time.monotonic() - t0
+        if limit is not None and elapsed > limit:
+            return (f"stopped after {elapsed:.0f} s and {done} of {warmup + steady} iterations: over the "
+                    f"profiling time limit of {limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
+        if control.stop_status:
+            return "cancelled on request"
+        return None
+
+    try:
+        curve = profile_curve(spec["workload"], spec.get("params") or {}, device=spec["device"],
+                              data_dir=spec.get("data_dir"), warmup=warmup, steady=steady, job_id=job_id, stop=stop)
+    except ProfileStopped as stopped:
+        return {"status": "failed", "reason": str(stopped), "metrics": {}}
+    finally:
+        stats_stop.set()
+    return {"status": "succeeded", "metrics": {"profile_s": round(time.monotonic() - t0, 3)}, "curve": curve.to_dict()}
+
+
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is None or isinstance(v, (int, float, str, bool))}
 
@@ -268,9 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
     spec = json.loads(a.spec)
     control = Control(int(os.environ[proto.CONTROL_FD_ENV]))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # to stderr
+    logging.getLogger().addHandler(_AgentLogHandler(control))
     signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     try:
-        done = train(spec, control)
+        done = profile(spec, control) if spec.get("profile") else train(spec, control)
     except Exception as exc:
         import traceback
 

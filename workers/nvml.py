@@ -74,6 +74,17 @@ def gpu_used_bytes(index: int) -> int | None:
         return None
 
 
+def gpu_process_used_bytes(index: int) -> dict[int, int] | None:
+    """NVML used device memory (bytes) per process on GPU ``index`` (``nvmlDeviceGetComputeRunningProcesses``:
+    pid -> ``usedGpuMemory``; a process NVML cannot measure, e.g. under MPS, is left out), or None if NVML fails."""
+    try:
+        pynvml = _nvml()
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return {int(p.pid): int(p.usedGpuMemory) for p in procs if p.usedGpuMemory is not None}
+    except Exception:  # telemetry must never stop training
+        return None
+
+
 def cpu_info(capacity_bytes: int) -> DeviceInfo:
     """The host's CPU pool with a configured capacity in bytes. Raises DeviceInfoError if it is not positive."""
     if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes <= 0:
@@ -81,10 +92,11 @@ def cpu_info(capacity_bytes: int) -> DeviceInfo:
     return DeviceInfo("cpu", 0, f"CPU pool ({os.cpu_count()} cores)", "", capacity_bytes)
 
 
-def process_rss_bytes() -> int | None:
-    """Resident set size of this process in bytes (the CPU pool's stand-in for NVML ``memory.used``)."""
+def process_rss_bytes(pid: int | None = None) -> int | None:
+    """Resident set size of process ``pid`` (None: this one) in bytes (the CPU pool's stand-in for NVML
+    ``memory.used``), or None when it is gone or unreadable."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None

@@ -1,8 +1,9 @@
 """The reporter thread of a device worker: memory samples at 5 Hz, heartbeats, budget requests, outbox flush.
 
-Every ``SAMPLE_INTERVAL_S`` (0.2 s) it reads the shared allocator's ``memory_stats`` for each running job and
-for the whole pool, plus the device's used memory (NVML ``memory.used`` for a GPU, the process RSS for the
-CPU pool), and publishes one sample per job and one device sample (``job: None``) through
+Every ``SAMPLE_INTERVAL_S`` (0.2 s) it reads each running job process's figures as the device agent last got
+them (the job's ``stats`` messages, 5 Hz) and the pool's (the agent pool's held chunks), plus the device's used
+memory (NVML ``memory.used`` for a GPU, the resident memory of the worker and its job processes for the CPU
+pool), and publishes one sample per job and one device sample (``job: None``) through
 :class:`workers.link.Link`. Every ``HEARTBEAT_INTERVAL_S`` it refreshes the heartbeat, applies a budget the
 web side asked for, reports the OOMs the budget rule prevented (Note [OOM prevented] in workers.oom_watch),
 and flushes queued lifecycle messages. It never raises: telemetry must not stop training.
@@ -22,26 +23,25 @@ from .oom_watch import OomWatch
 
 log = logging.getLogger(__name__)
 
-ALLOCATED = "allocated_bytes.all.current"
-RESERVED = "reserved_bytes.all.current"
-
-
 def collect_samples(rt: DeviceRuntime, now: float) -> list[dict[str, Any]]:
-    """One sample per running job and one for the device, from the allocator's memory_stats (bytes)."""
+    """One sample per job process and one for the device (bytes). A job's reserved bytes are what the agent
+    pool granted it (its chunks) when the pool is the agent's, else what its own pool reported."""
+    runs = rt.jobs()
     samples = []
-    for js in rt.jobs():
-        st = rt.allocator.memory_stats(job=js.job_id, device=rt.alloc_device)
-        if js.gate is not None:
-            js.gate.observe(js.job_id, int(st.get(ALLOCATED, 0)), js.phase)  # Note [Progress from memory]
-        samples.append({"job": js.job_id, "device": rt.device, "t": now,
-                        "allocated": int(st.get(ALLOCATED, 0)), "reserved": int(st.get(RESERVED, 0)),
-                        "iteration": js.iteration, "iterations": js.iterations, "phase": js.phase})
-    st = rt.allocator.memory_stats(device=rt.alloc_device)
-    used = gpu_used_bytes(rt.config.index) if rt.config.kind == "gpu" else process_rss_bytes()
+    for run in runs:
+        held = rt.agent.pool.held_bytes(run.job_id)
+        samples.append({"job": run.job_id, "device": rt.device, "t": now,
+                        "allocated": run.allocated, "reserved": run.reserved if held is None else held,
+                        "iteration": run.iteration, "iterations": run.iterations,
+                        "phase": "profiling" if run.profiling else run.phase})
+    st = rt.agent.pool.stats()
+    if rt.config.kind == "gpu":
+        used = gpu_used_bytes(rt.config.index)
+    else:
+        used = sum(filter(None, [process_rss_bytes()] + [process_rss_bytes(r.pid) for r in runs if r.pid]))
     samples.append({"job": None, "device": rt.device, "t": now,
-                    "allocated": int(st.get(ALLOCATED, 0)), "reserved": int(st.get(RESERVED, 0)),
-                    "peak_reserved": int(st.get("reserved_bytes.all.peak", 0)),
-                    "device_used": used, "budget": rt.budget_bytes, "jobs": [j.job_id for j in rt.jobs()]})
+                    "allocated": st["allocated"], "reserved": st["reserved"], "peak_reserved": st["peak_reserved"],
+                    "device_used": used, "budget": rt.budget_bytes, "jobs": [r.job_id for r in runs]})
     return samples
 
 
@@ -82,6 +82,8 @@ class Reporter(threading.Thread):
         self.ticks += 1
         rt.link.publish_samples(collect_samples(rt, time.time()))
         if beat:
+            for report in self.oom_watch.check(rt.agent.pool.counters(), [r.job_id for r in rt.jobs()]):
+                rt.link.emit("oom_prevented", **report)  # Note [OOM prevented]
             rt.link.heartbeat({"pid": rt.pid, "jobs": [j.job_id for j in rt.jobs()], "slots": rt.config.slots,
                                "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes})
             wanted = rt.link.budget_request()

@@ -1,14 +1,16 @@
-"""Running one training job in its own thread of a device worker: the body of ``zico.device.run_job``.
+"""Running one training job as its own OS process under the device agent: the body of ``zico.device.run_job``.
 
-For each job the runner builds the catalog workload on the device, resumes it from its checkpoint, binds the
-thread (and on CUDA its own stream) to the job in the shared allocator, and loops over iterations:
-
-    stop requested?  ->  the coordinator's gate (may block: the time shift)  ->  one training iteration
-    ->  marks to the allocator, the coordinator and the reporter  ->  checkpoint every few seconds
+The task thread hands the job to the device's agent (:class:`workers.agent.DeviceAgent`), which launches
+``python -m workers.jobproc`` for it, gates each of its iterations through the device's coordinator, watches it
+and returns its outcome; this thread blocks until then. Meanwhile the job's messages become the web side's
+lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress``, each gate answer
+(``go``) -> the run's delay totals (``job_delay``, Note [Delays that count] in workers.gate).
 
 Outcomes (``job_finished`` messages through :class:`workers.link.Link`): ``succeeded`` with metrics;
-``cancelled`` within one iteration of a cancel request; ``failed`` with the exception's message (an
-out-of-memory names the allocator's reason). A run whose placement became stale is aborted silently.
+``cancelled`` within one iteration of a cancel request; ``failed`` with the job's error (an out-of-memory names
+the allocator's reason), or with the agent's reason for a process that crashed, hung or allocated around the
+pool (Note [Outcome of a job process] in workers.agent.agent). A run whose placement became stale is aborted
+silently.
 """
 from __future__ import annotations
 
@@ -18,12 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import checkpoints
-from .device import DeviceRuntime, JobState
-from .gate import DelayTally, Gate, RunStopped
+from .device import DeviceRuntime
+from .gate import DelayTally
 
 log = logging.getLogger(__name__)
 
-PROGRESS_EVERY_S = 1.0
 DELAY_REASON = "coordinator gate (time shift)"
 
 
@@ -48,6 +49,8 @@ class RunSpec:
         job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
             so a checkpoint left by an earlier database's job of the same id is not resumed
             (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.
+        tenant: the job's tenant id. The agent's pool scrubs a chunk that moves to another tenant's job
+            (docs/allocator.md, Note: scrub); None (an older sender) counts as tenant 0.
     """
 
     job: int
@@ -58,6 +61,7 @@ class RunSpec:
     curve: dict[str, Any] | None = None
     plan: dict[str, Any] = field(default_factory=dict)
     job_created_at: str | None = None
+    tenant: int | None = None
 
     @classmethod
     def parse(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -81,7 +85,11 @@ class RunSpec:
         plan = spec.get("plan") or {}
         if not isinstance(plan, dict):
             raise SpecError("plan: expected a JSON object")
-        return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"))
+        tenant = spec.get("tenant")
+        if tenant is not None and (isinstance(tenant, bool) or not isinstance(tenant, int) or tenant <= 0):
+            raise SpecError(f"tenant: expected a positive integer id, got {tenant!r}")
+        return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
+                   tenant)
 
 
 def _optional_text(spec: dict, key: str) -> str | None:
@@ -92,47 +100,11 @@ def _optional_text(spec: dict, key: str) -> str | None:
     return value
 
 
-class RunMarks:
-    """Fans the training loop's marks out to the allocator, the coordinator gate and the reporter state."""
-
-    def __init__(self, rt: DeviceRuntime, state: JobState, gate: Gate):
-        self.rt, self.state, self.gate = rt, state, gate
-
-    def _mark(self, kind: str, i: int) -> None:
-        mark = getattr(self.rt.allocator, "mark", None)
-        if mark is not None:
-            mark(self.state.job_id, kind, i)
-
-    def iteration_start(self, i: int) -> None:
-        self.state.iteration = i
-        self._mark("iteration_start", i)
-        self.gate.progress(self.state.job_id, "iteration_start", i)
-
-    def phase(self, name: str) -> None:
-        self.state.phase = name
-        self._mark(name, self.state.iteration)
-        self.gate.progress(self.state.job_id, name, self.state.iteration)
-
-    def iteration_end(self, i: int) -> None:
-        self.state.phase = "done"
-        self._mark("iteration_end", i)
-        self.gate.progress(self.state.job_id, "iteration_end", i)
-
-
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
     """Send a run's delay totals so far (DelayTally.report) as one ``job_delay`` message, when there are new ones."""
     if totals is not None:
         link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, reason=DELAY_REASON,
                   **totals)
-
-
-def _stats(rt: DeviceRuntime, job_id: int) -> dict[str, int]:
-    try:
-        st = rt.allocator.memory_stats(job=job_id, device=rt.alloc_device)
-    except Exception:  # stats are best effort at the end of a run
-        return {}
-    return {"peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
-            "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
 
 
 def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
@@ -151,27 +123,6 @@ def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
     if isinstance(ids, list) and isinstance(predicted, list) and len(ids) == len(predicted) and spec.job in ids:
         out["predicted_slowdown"] = predicted[ids.index(spec.job)]
     return out
-
-
-def _release_cache_if_idle(rt: DeviceRuntime) -> None:
-    """Return the pool's cached segments to the device once no job runs on it, so an idle device reads
-    as idle (reserved 0) on the cluster page instead of holding the last jobs' cache."""
-    empty_cache = getattr(rt.allocator, "empty_cache", None)
-    if empty_cache is None or rt.jobs():
-        return
-    try:
-        empty_cache(device=rt.alloc_device)
-    except Exception:  # best effort: the cache is released on the next job's demand anyway
-        log.exception("empty_cache failed on %s", rt.device)
-
-
-def _oom_reason(rt: DeviceRuntime) -> str:
-    last_oom = getattr(rt.allocator, "last_oom", None)
-    try:
-        info = last_oom(device=rt.alloc_device) if last_oom else None
-    except Exception:
-        info = None
-    return f" (allocator: {info})" if info else ""
 
 
 def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
@@ -193,21 +144,27 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
                  job_id, done.get("placement"), done.get("run_token"))
         link.clear_done(job_id)
         checkpoints.remove(rt.config.checkpoint_dir, job_id)
-    gate = Gate(rt, spec)  # raises CurveError for a malformed curve, before anything is registered
-    state = JobState(job_id=job_id, iterations=int(spec.params.get("iterations") or 0), gate=gate)
-    rt.add_job(state)  # raises if this job already runs in this process
+    from .agent import JobRun
+
+    relay = _Relay(link, spec)
+    job = JobRun(job_id, job_process_spec(rt, spec), curve=spec.curve, placement=spec.placement,
+                 stop_check=lambda: link.stop_requested(job_id, spec.placement), on_message=relay.on_message,
+                 tenant_id=spec.tenant or 0)
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()
+    relay.job = job
     try:
-        outcome.update(_train(rt, spec, state, gate, t_setup))
-    except Exception as exc:  # any training error ends the job as failed, with its message
-        log.exception("job %s failed", job_id)
-        outcome.update(status="failed", reason=f"{type(exc).__name__}: {exc}"[:1500] + _oom_reason(rt),
-                       metrics={**_stats(rt, job_id), "wall_s": time.monotonic() - t_setup})
-    finally:
-        gate.leave(job_id)
-        rt.remove_job(job_id)
-        _release_cache_if_idle(rt)
+        result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
+    except OSError as exc:  # the process could not be launched: the job fails, the worker goes on
+        log.exception("job %s could not be launched", job_id)
+        result = {"status": "failed", "reason": f"could not start the job process: {type(exc).__name__}: {exc}",
+                  "metrics": {}}
+    metrics = dict(result.get("metrics") or {})
+    _report_delays(link, spec, job.iteration, relay.delays.report(final=True))
+    metrics.update(relay.delays.metrics(), wall_s=round(time.monotonic() - t_setup, 3), pid=result.get("pid"))
+    ran, train_s = int(metrics.get("iterations_this_run") or 0), float(metrics.get("train_s") or 0.0)
+    metrics.update(slowdown_metrics(spec, train_s, ran))
+    outcome.update(status=result["status"], reason=result.get("reason", ""), metrics=metrics)
     if outcome["status"] != "aborted":
         link.emit("job_finished", job=job_id, placement=spec.placement, status=outcome["status"],
                   reason=outcome.get("reason", ""), metrics=outcome.get("metrics", {}))
@@ -218,74 +175,42 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     return outcome
 
 
-def _train(rt: DeviceRuntime, spec: RunSpec, state: JobState, gate: Gate, t_setup: float) -> dict[str, Any]:
-    from workers.workloads.catalog import validate_params
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
+def job_process_spec(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
+    """The ``--spec`` of the job's process (``workers.jobproc``): workload, params, torch device, checkpoint and
+    data directories, checkpoint period (s) and the job's creation time (its checkpoints' owner)."""
+    return {"workload": spec.workload, "params": spec.params, "device": rt.torch_device,
+            "checkpoint_dir": str(rt.config.checkpoint_dir), "data_dir": str(rt.config.data_dir),
+            "checkpoint_every_s": rt.config.checkpoint_every_s, "job_created_at": spec.job_created_at}
 
-    from .binding import job_context
 
-    link, job_id = rt.link, spec.job
-    # Data sets stay on the host, loaded once per process and outside the binding: the job is charged with
-    # what its training allocates, as in its profile (workers.curves.capture).
-    preload_data(validate_params(spec.workload, spec.params), rt.config.data_dir)
-    with job_context(rt, job_id):
-        job = create_training_job(spec.workload, spec.params, device=rt.torch_device, data_dir=rt.config.data_dir)
-        state.iterations = job.iterations
-        ckpt = checkpoints.load(rt.config.checkpoint_dir, job_id, spec.job_created_at)
-        first = 0
-        prior_s = 0.0
-        if ckpt is not None:
-            job.load_state_dict(ckpt["state"])
-            first = job.iterations_done
-            prior_s = float(ckpt.get("train_s", 0.0))
-            log.info("job %s resumes from its checkpoint after iteration %d", job_id, first - 1)
-        link.emit("job_started", job=job_id, placement=spec.placement, resumed_from=first,
-                  iterations=job.iterations, pid=rt.pid)
-        link.flush()
-        marks = RunMarks(rt, state, gate)
-        gate.join(job_id)
-        t0 = time.monotonic()
-        next_progress = t0 + PROGRESS_EVERY_S
-        next_ckpt = t0 + rt.config.checkpoint_every_s
-        delays = DelayTally()
-        saves = checkpoints.SaveTally()  # a failed save is counted, not fatal (workers.checkpoints)
-        status = "succeeded"
-        for i in range(first, job.iterations):
-            stop = link.stop_requested(job_id, spec.placement)
-            if stop:
-                status = stop
-                break
-            state.phase = "wait"
-            try:
-                delay = gate.wait(job_id, i)
-            except RunStopped as stopped:
-                status = stopped.status
-                break
-            delays.add(delay)
-            job.run_iteration(i, marks)
-            now = time.monotonic()
-            if now >= next_ckpt and i + 1 < job.iterations:
-                state.phase = "checkpoint"
-                saves.save(rt.config.checkpoint_dir, job_id, i, job.state_dict(),
-                           train_s=prior_s + now - t0, job_created_at=spec.job_created_at)
-                next_ckpt = time.monotonic() + rt.config.checkpoint_every_s
-            if now >= next_progress:
-                next_progress = now + PROGRESS_EVERY_S
-                link.emit("job_progress", **{**job.metrics(), "job": job_id, "placement": spec.placement,
-                                             "iteration": i + 1, "iterations": job.iterations,
-                                             "iterations_per_s": round((i + 1 - first) / (now - t0), 4)})
-                _report_delays(link, spec, i, delays.report())
-        _report_delays(link, spec, state.iteration, delays.report(final=True))
-        train_s = time.monotonic() - t0
-        ran = job.iterations_done - first
-        metrics = {**job.metrics(), **_stats(rt, job_id), "train_s": round(train_s, 3),
-                   "wall_s": round(time.monotonic() - t_setup, 3), "resumed_from": first,
-                   "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
-                   **delays.metrics(), **saves.metrics()}
-        metrics.update(slowdown_metrics(spec, train_s, ran))
-        state.phase = "done"
-        if status == "aborted":
-            return {"status": "aborted", "metrics": metrics}
-        reason = "cancelled on request" if status == "cancelled" else ""
-        return {"status": status, "reason": reason, "metrics": metrics}
+class _Relay:
+    """Turns a job process's messages (in the agent's reader thread) into the run's lifecycle messages."""
+
+    def __init__(self, link, spec: RunSpec):
+        self.link, self.spec = link, spec
+        self.delays = DelayTally()
+        self.first = 0
+        self.iterations = 0
+        self.t0: float | None = None
+        self.job = None  # the JobRun, once made
+
+    def on_message(self, msg: dict[str, Any]) -> None:
+        kind, spec = msg["type"], self.spec
+        if kind == "ready":
+            self.first, self.iterations, self.t0 = msg["resumed_from"], msg["iterations"], time.monotonic()
+            if self.first:
+                log.info("job %s resumes from its checkpoint after iteration %d", spec.job, self.first - 1)
+            self.link.emit("job_started", job=spec.job, placement=spec.placement, resumed_from=self.first,
+                           iterations=self.iterations, pid=self.job.pid if self.job else None)
+            self.link.flush()
+        elif kind == "go":
+            self.delays.add(msg["delay_s"])
+        elif kind == "metric" and self.t0 is not None:
+            values = dict(msg["values"])
+            done = int(values.pop("iteration", self.first))
+            elapsed = time.monotonic() - self.t0
+            self.link.emit("job_progress", **{**values, "job": spec.job, "placement": spec.placement,
+                                              "iteration": done, "iterations": self.iterations,
+                                              "iterations_per_s": round((done - self.first) / elapsed, 4)
+                                              if elapsed > 0 else None})
+            _report_delays(self.link, spec, done - 1, self.delays.report())

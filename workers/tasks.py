@@ -3,8 +3,8 @@
 * ``zico.device.run_job(job_id, spec)`` — train a job to an outcome (:mod:`workers.runner`).
 * ``zico.device.profile_job(job_id, spec)`` — measure the job's memory curve on this device
   (:mod:`workers.profiling`).
-* ``zico.device.describe()`` — the worker's process facts (pid, pool, allocator pid, CUDA state); used by
-  tests and operators to check that tasks run in the process that installed the allocator.
+* ``zico.device.describe()`` — the worker's process facts (pid, the agent's pool, the job processes running,
+  CUDA state); used by tests and operators to check that tasks run in the agent's process and jobs in their own.
 
 Tasks take ids and JSON only, are idempotent (a redelivered finished run returns its recorded outcome; a
 run of a stale placement is aborted by the web side) and delegate to plain functions. The web side sends
@@ -18,7 +18,6 @@ from typing import Any
 
 from celery import shared_task
 
-from . import binding
 from .device import runtime
 
 
@@ -62,6 +61,7 @@ def describe() -> dict[str, Any]:
 
         cuda_initialized = bool(torch.cuda.is_initialized())
     return {"pid": os.getpid(), "ppid": os.getppid(), "thread": threading.current_thread().name,
-            "allocator_pid": binding.INSTALLED_IN_PID, "runtime_pid": rt.pid, "device": rt.device,
-            "slots": rt.config.slots, "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes,
+            "runtime_pid": rt.pid, "device": rt.device, "pool": "agent" if rt.agent.pool.shared else "per-process",
+            "job_pids": {r.job_id: r.pid for r in rt.jobs()}, "slots": rt.config.slots,
+            "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes,
             "cuda_initialized": cuda_initialized}

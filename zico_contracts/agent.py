@@ -14,9 +14,10 @@ Job -> agent::
     mark           {kind, iteration}                   a phase mark inside an iteration (forward, backward, optimizer)
     iteration_end  {iteration[, marks]}                an iteration ended; marks: {phase: seconds since its begin}
     stats          {allocated, reserved, peak_allocated, peak_reserved, iteration, phase}   bytes; a few times a second
-    log            {line}                              a line for the agent's log
+    log            {line[, level]}                     a line for the agent's log; level: debug|info|warning|error|critical
     metric         {values: {name: number|str|None}}   training figures (loss, accuracy, iterations_done, ...)
-    done           {status, metrics[, reason]}         last message; status succeeded|failed|cancelled|aborted
+    done           {status, metrics[, reason, curve]}  last message; status succeeded|failed|cancelled|aborted;
+                                                       curve: a profile run's memory curve (placement.curves JSON)
 
 Agent -> job::
 
@@ -39,6 +40,7 @@ MAX_LINE_BYTES = 1 << 20  # 1 MiB: a metric dict or a log line never needs more
 STATUSES = ("succeeded", "failed", "cancelled", "aborted")
 PHASES = ("setup", "wait", "forward", "backward", "optimizer", "checkpoint", "done")
 MARK_KINDS = ("forward", "backward", "optimizer")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # Python logging's, lower case
 
 
 class ProtocolError(ValueError):
@@ -92,10 +94,10 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
     "stats": ({"allocated": _BYTES, "reserved": _BYTES, "peak_allocated": _BYTES, "peak_reserved": _BYTES,
                "iteration": (lambda v: _int(v, -1), "an integer >= -1"),
                "phase": (_choice(PHASES), f"one of {PHASES}")}, {}),
-    "log": ({"line": (_str, "a string")}, {}),
+    "log": ({"line": (_str, "a string")}, {"level": (_choice(LOG_LEVELS), f"one of {LOG_LEVELS}")}),
     "metric": ({"values": (_values, "an object of name -> number, string or null")}, {}),
     "done": ({"status": (_choice(STATUSES), f"one of {STATUSES}"), "metrics": (_metrics, "an object")},
-             {"reason": (_str, "a string")}),
+             {"reason": (_str, "a string"), "curve": (lambda v: isinstance(v, dict), "a memory curve object")}),
     "go": ({"delay_s": (lambda v: _num(v) and v >= 0, "a number >= 0 (seconds)")}, {}),
     "stop": ({"reason": (_str, "a string")}, {}),
 }

@@ -263,7 +263,7 @@ def test_a_workers_registration_carries_its_gate_headroom_to_the_device_row(cons
     from workers.device import DeviceRuntime, WorkerConfig, cpu_info
 
     config = WorkerConfig("cpu", "h1", 0, 2, 8 << 30, None, "redis://unused", tmp_path, tmp_path, gate_headroom=0.2)
-    runtime = DeviceRuntime(config, cpu_info(8 << 30), allocator=None, link=link)
+    runtime = DeviceRuntime(config, cpu_info(8 << 30), agent=None, link=link)
     link.emit("worker_up", started_at=time.time(), **runtime.registration())  # as workers.bootstrap sends it
     link.flush()
     drain(consumer)

@@ -63,16 +63,18 @@ def run(client, job_id, workload, params, placement=1, run_token=None):
     return client.send_task("zico.device.run_job", args=[job_id, spec], queue=QUEUE)
 
 
-def test_tasks_run_in_the_worker_process_that_installed_the_allocator_and_nothing_forks(worker, client):
+def test_tasks_run_in_the_agents_process_and_no_pool_process_is_forked(worker, client):
     proc, _ = worker
     facts = client.send_task("zico.device.describe", queue=QUEUE).get(timeout=180)
-    assert facts["pid"] == proc.pid == facts["allocator_pid"] == facts["runtime_pid"]
+    assert facts["pid"] == proc.pid == facts["runtime_pid"]
     assert facts["thread"] != "MainThread"  # a threads-pool thread of that process
     assert facts["cuda_initialized"] in (False, None)
-    children = [p for p in os.listdir("/proc") if p.isdigit()
-                and Path(f"/proc/{p}/stat").exists()
-                and _ppid(p) == proc.pid]
-    assert children == []  # no forked pool processes
+    assert facts["pool"] == "agent" and facts["job_pids"] == {}
+    assert _children(proc.pid) == []  # no forked pool processes; job processes exist only while jobs run
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == pid]
 
 
 def _ppid(pid: str) -> int | None:
@@ -108,6 +110,10 @@ def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(
     assert both, "the two jobs were never on the device at the same time"
     msgs = [m["msg"] for m in control(server) if m.get("job") in (11, 12)]
     assert msgs.count("job_started") == 2 and msgs.count("job_finished") == 2
+    pids = {out_a["metrics"]["pid"], out_b["metrics"]["pid"]}  # each job ran in a process of its own
+    assert len(pids) == 2 and worker[0].pid not in pids
+    started = {m["job"]: m["pid"] for m in control(server) if m["msg"] == "job_started" and m["job"] in (11, 12)}
+    assert set(started.values()) == pids
 
 
 def test_a_job_alone_with_a_curve_records_no_delays(worker, client, server):

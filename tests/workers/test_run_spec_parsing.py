@@ -8,9 +8,9 @@ from workers.runner import RunSpec, SpecError
 def test_a_full_spec_parses():
     spec = RunSpec.parse(3, {"workload": "digits-cnn", "params": {"iterations": 5}, "placement": 9,
                              "run_token": "7d4c", "plan": {"job_ids": [3], "shifts_s": [0.1]},
-                             "curve": {"version": 1}, "job_created_at": "2026-11-29T12:00:00+00:00"})
-    assert (spec.job, spec.workload, spec.params, spec.placement, spec.run_token, spec.job_created_at) == \
-        (3, "digits-cnn", {"iterations": 5}, 9, "7d4c", "2026-11-29T12:00:00+00:00")
+                             "curve": {"version": 1}, "job_created_at": "2026-11-29T12:00:00+00:00", "tenant": 4})
+    assert (spec.job, spec.workload, spec.params, spec.placement, spec.run_token, spec.job_created_at, spec.tenant) == \
+        (3, "digits-cnn", {"iterations": 5}, 9, "7d4c", "2026-11-29T12:00:00+00:00", 4)
 
 
 @pytest.mark.parametrize("job_id, spec, field", [
@@ -25,6 +25,8 @@ def test_a_full_spec_parses():
     (3, {"workload": "x", "run_token": 5}, "run_token"),
     (3, {"workload": "x", "run_token": ""}, "run_token"),
     (3, {"workload": "x", "job_created_at": 1732881600}, "job_created_at"),
+    (3, {"workload": "x", "tenant": "4"}, "tenant"),
+    (3, {"workload": "x", "tenant": 0}, "tenant"),
 ])
 def test_bad_specs_name_the_field(job_id, spec, field):
     with pytest.raises(SpecError, match=f"^{field}"):

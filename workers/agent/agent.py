@@ -52,6 +52,7 @@ class JobRun:
     stop_check: Callable[[], str | None] = lambda: None
     on_message: Callable[[dict[str, Any]], None] = lambda msg: None
     tenant_id: int = 0
+    profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     # live state
     pid: int | None = None
     iteration: int = -1
@@ -69,6 +70,7 @@ class JobRun:
     stop_status: str | None = None
     peak_rss_anon: int = 0
     baseline_rss_anon: int | None = None
+    baseline_device_used: int | None = None  # CUDA: NVML used memory of the process at ``ready`` (its context)
     ready: bool = False
     started_at: float = field(default_factory=time.time)
     last_progress: float = field(default_factory=time.monotonic)
@@ -185,6 +187,7 @@ class DeviceAgent:
             if now >= next_rss:
                 next_rss = now + s.rss_interval_s
                 self._check_bypass(run, proc)
+                self._check_device_bypass(run, proc)
 
     def _check_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator]
@@ -204,6 +207,28 @@ class DeviceAgent:
                                   f"{limit - run.baseline_rss_anon} bytes: share {share} + margin "
                                   f"{self.settings.bypass_margin_bytes}; anonymous memory {rss}, baseline "
                                   f"{run.baseline_rss_anon})")
+
+    def _check_device_bypass(self, run: JobRun, proc: JobProcess) -> None:
+        """Note [Memory outside the allocator] on a GPU: NVML's per-process used memory
+        (``nvmlDeviceGetComputeRunningProcesses``) of the job process beyond what it used at ``ready`` (its
+        CUDA context and the model it built through the allocator), its allowed share (with the agent pool the
+        chunks are the agent's allocations, imported by the job, so 0; with per-process pools the device
+        budget) and the margin was allocated around the allocator (``cudaMalloc``, another library), and the
+        job is stopped."""
+        if not self.device.startswith("cuda") or run.baseline_device_used is None:
+            return
+        from ..nvml import gpu_process_used_bytes
+
+        used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0)) or {}).get(proc.pid)
+        if used is None:
+            return
+        share = 0 if self.pool.shared else self.pool.budget_bytes
+        limit = run.baseline_device_used + share + self.settings.bypass_margin_bytes
+        if used > limit and run.killed_reason is None:
+            self._kill(run, proc, f"allocated {used - run.baseline_device_used} bytes of device memory outside the "
+                                  f"allocator (limit {limit - run.baseline_device_used} bytes: share {share} + margin "
+                                  f"{self.settings.bypass_margin_bytes}; NVML used {used}, at ready "
+                                  f"{run.baseline_device_used})")
 
     def _kill(self, run: JobRun, proc: JobProcess, reason: str) -> None:
         if run.killed_reason is None:
@@ -231,6 +256,11 @@ class DeviceAgent:
             run.baseline_rss_anon = rss_anon_bytes(proc.pid)  # Note [Memory outside the allocator]
         if kind == "ready":
             run.ready = True
+            if self.device.startswith("cuda"):  # Note [Memory outside the allocator] on a GPU
+                from ..nvml import gpu_process_used_bytes
+
+                run.baseline_device_used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0))
+                                            or {}).get(proc.pid, 0)
             run.iterations = msg["iterations"]
             run.iteration = msg["resumed_from"] - 1
         elif kind == "iteration_begin":
@@ -243,13 +273,14 @@ class DeviceAgent:
             run.gate.progress(run.job_id, "iteration_end", msg["iteration"])
         elif kind == "done":
             run.done = msg
-        elif kind == "log":
-            log.info("job %s: %s", run.job_id, msg["line"][:1000])
+        elif kind == "log":  # the job's own log records at WARNING and above arrive so (workers.jobproc)
+            log.log(logging.getLevelName(msg.get("level", "info").upper()), "job %s: %s", run.job_id, msg["line"][:1000])
         run.on_message(msg)
 
     def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
         run.phase = "wait"
         run.in_gate = True
+        self.pool.set_yielding(run.job_id, True)  # held back: its cache may serve the others (Note [Yielding jobs])
         try:
             delay = run.gate.wait(run.job_id, iteration)
         except RunStopped as stopped:
@@ -257,6 +288,7 @@ class DeviceAgent:
             proc.send("stop", reason=run.stop_status)
             return
         finally:
+            self.pool.set_yielding(run.job_id, False)
             run.in_gate = False
             run.last_progress = time.monotonic()
         run.iteration = iteration
@@ -275,6 +307,8 @@ class DeviceAgent:
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
         out: dict[str, Any] = {"pid": proc.pid, "returncode": returncode, "metrics": metrics}
+        if run.done is not None and "curve" in run.done:  # a profile run's memory curve (workers.profiling)
+            out["curve"] = run.done["curve"]
         if run.stop_status is not None and (run.done is None or run.done["status"] != "failed"):
             reason = "cancelled on request" if run.stop_status == "cancelled" else "aborted (stale placement)"
             if run.killed_reason:

@@ -1,9 +1,10 @@
 """The device's memory pool as the agent holds it.
 
-With the allocator's agent pool (``zico_allocator.AgentPool``) the agent owns the one pool of the device: each
+With the allocator's agent pool (``zico_allocator.AgentPool``: memfd chunks on CPU, CUDA VMM chunks on a GPU)
+the agent owns the one pool of the device: each
 job process gets a socket end (:meth:`Pool.add_job`) through which its allocator client asks for chunks; the
 agent enforces capacity and budget, and :meth:`Pool.remove_job` takes back every chunk a dead job held.
-Without it (a binding that predates the agent pool, or a GPU) each job process installs a pool of its own,
+Without it (a GPU whose driver refuses VMM chunks) each job process installs a pool of its own,
 bounded by the device budget, and the device's figures are the sum of the jobs' own (from their ``stats``
 messages): the coordinator's gate keeps the sum under the budget, the per-process budgets bound each job.
 """
@@ -30,13 +31,20 @@ class Pool:
         self._jobs: dict[int, dict[str, int]] = {}  # per-process mode: each job's last stats (bytes)
         self._peak_reserved = 0
         self._peak_allocated = 0
-        if device == "cpu":
+        try:
+            from zico_allocator import AgentPool
+        except ImportError:
+            AgentPool = None
+        if AgentPool is not None and device == "cpu":
+            self.native = AgentPool(int(capacity_bytes or budget_bytes), self.budget_bytes, CHUNK_BYTES)
+        elif AgentPool is not None and device.startswith("cuda"):
+            # Device memory as VMM chunks made by this process (docs/allocator.md, "On a CUDA device"); a
+            # driver or GPU without the VMM API falls back to per-process pools, bounded by the device budget.
             try:
-                from zico_allocator import AgentPool
-            except ImportError:
-                AgentPool = None
-            if AgentPool is not None:
-                self.native = AgentPool(int(capacity_bytes or budget_bytes), self.budget_bytes, CHUNK_BYTES)
+                self.native = AgentPool(int(capacity_bytes or budget_bytes), self.budget_bytes, CHUNK_BYTES,
+                                        device=int(device.partition(":")[2] or 0))
+            except Exception as exc:
+                log.warning("no agent pool on %s (%s): each job process gets a pool of its own", device, exc)
         log.info("device pool for %s: %s", device, "agent pool" if self.native else "per-process pools")
 
     @property
@@ -84,15 +92,31 @@ class Pool:
         Allocated bytes are the sum of the jobs' own (their stats messages). Reserved bytes are, with the
         agent pool, the chunks it has granted (``held_bytes``, its ``peak_held_bytes``): what the budget
         bounds; with per-process pools, the sum of the jobs' reserved bytes as last reported (its peak is
-        sampled at the jobs' stats rate, 5 Hz)."""
+        sampled at the jobs' stats rate, 5 Hz). With the agent pool also ``transfers`` / ``transfer_bytes``:
+        chunks one job process returned that the agent then granted to another (reuse across processes)."""
         with self._lock:
             out = {"allocated": sum(j["allocated"] for j in self._jobs.values()),
                    "reserved": sum(j["reserved"] for j in self._jobs.values()),
                    "peak_allocated": self._peak_allocated, "peak_reserved": self._peak_reserved}
         if self.native is not None:
             pool = self.native.stats()["pool"]
-            out.update(reserved=int(pool["held_bytes"]), peak_reserved=int(pool["peak_held_bytes"]))
+            out.update(reserved=int(pool["held_bytes"]), peak_reserved=int(pool["peak_held_bytes"]),
+                       transfers=int(pool["transfers"]), transfer_bytes=int(pool["transfer_bytes"]))
         return out
+
+    def set_yielding(self, job_id: int, yielding: bool) -> None:
+        """Mark a job held back at its iteration start by the coordinator: while marked, a waiting neighbour
+        may take its cached memory back (Note [Yielding jobs] in allocator/src/agent_server.cpp)."""
+        if self.native is not None:
+            try:
+                self.native.set_yielding(job_id, yielding)
+            except Exception:  # the job left meanwhile
+                pass
+
+    def counters(self) -> "_AgentCounters":
+        """The agent pool's per-job wait and refusal counters under the allocator's names, for
+        :class:`workers.oom_watch.OomWatch` (Note [OOM prevented]); empty without the agent pool."""
+        return _AgentCounters(self.native)
 
     def reset_peaks(self) -> None:
         with self._lock:
@@ -102,3 +126,20 @@ class Pool:
         if self.native is not None:
             self.native.close()
             self.native = None
+
+
+class _AgentCounters:
+    """``jobs()`` / ``memory_stats(job=)`` over the agent pool's ``stats()["jobs"]``: a request that waited
+    (``waits``, ``wait_s``) and was then granted is an OOM prevented; ``refused`` are OOMs; ``deadlock_grants``
+    overran the budget (docs/allocator.md, Note: grants, reclaim and the deadlock rule)."""
+
+    def __init__(self, native):
+        self._jobs = {} if native is None else native.stats()["jobs"]
+
+    def jobs(self, device=None) -> dict[int, dict[str, Any]]:
+        return {int(k): {"waiting": bool(v.get("waiting"))} for k, v in self._jobs.items()}
+
+    def memory_stats(self, job: int, device=None) -> dict[str, Any]:
+        v = self._jobs[job]
+        return {"num_budget_waits": int(v["waits"]), "num_ooms": int(v["refused"]),
+                "num_budget_overruns": int(v["deadlock_grants"]), "budget_waited_s": float(v["wait_s"])}

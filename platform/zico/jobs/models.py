@@ -116,9 +116,10 @@ class Job(models.Model):
 
     def profile_spec(self) -> dict[str, Any]:
         """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
-        ``{"workload", "params", "time_limit_s"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``."""
+        ``{"workload", "params", "time_limit_s", "tenant"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``
+        and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants)."""
         return {"workload": self.workload, "params": self.params or {},
-                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
+                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S), "tenant": self.tenant_id}
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
