@@ -40,15 +40,8 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
 # Solo profiles: steady iterations per job; the curve's iteration time is their median, so one iteration slowed
 # by other work on the machine does not skew the plan (Note [Averaging iterations] in workers/curves/trace.py).
 PROFILE_STEADY = 8
-# The demo worker's --gate-headroom (Note [Gate headroom] in workers/device.py): the coordinator plans *allocated*
-# bytes against (1 - headroom) x budget while the budget bounds *reserved* bytes, so the headroom must at least
-# cover the pool's overhead these jobs showed alone (1 - allocated/reserved over their solo peaks), plus a
-# margin; the scheduler plans their group with the same share. At 0.2 a run reached 320 MiB reserved under a
-# 304 MiB budget (a deadlock grant) for jobs reserving 1.27x what they allocate.
-# Margin 0.15: with 0.05 (headroom 0.265, a 292 MiB budget) one run of five still reached 296 MiB reserved (a
-# deadlock grant: the pair's partly used segments could not be returned).
-MIN_GATE_HEADROOM = 0.2
-GATE_HEADROOM_MARGIN = 0.15
+# The demo worker's --gate-headroom comes from these jobs' own pool overhead (placement.gating.overhead_headroom,
+# Note [Headroom from the jobs' own overhead]); the scheduler plans their group with the same share.
 # Note [The demo's slowdown limit]
 #   The scheduler co-locates jobs only where its plan predicts no job slows by more than ZICO_MAX_SLOWDOWN
 #   (default 1.6x: beyond that a tenant's job would do better waiting for a device of its own). On 2 CPU
@@ -170,6 +163,7 @@ def main() -> None:
     from zico.telemetry.models import TimelinePoint
     from zico.tenants.models import ApiToken
     from zico.tenants.services import DEMO_USERNAME
+    from placement.gating import overhead_headroom
     from workers.colocate import feasible_floor
 
     var_dir = Path(settings.VAR_DIR)
@@ -190,7 +184,7 @@ def main() -> None:
     curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated
     solo_reserved = sum(reserved)
-    headroom = round(max(MIN_GATE_HEADROOM, 1 - solo_sum / solo_reserved + GATE_HEADROOM_MARGIN), 3)
+    headroom = overhead_headroom(solo_sum, solo_reserved)
     policy = make_policy()  # the scheduler's own policy, with its slowdown limit (ZICO_MAX_SLOWDOWN)
     shares = [compute_share(c) for c in curves]
     choice = choose_budget(policy, curves, shares, reserved, feasible_floor(curves, reserved), 1 - headroom)

@@ -148,8 +148,12 @@ def _install(za, device: str, capacity: int | None) -> Any:
 
 def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations: int = 20,
         budget_fraction: float = 0.8, capacity: int | None = None, data_dir: str | Path | None = None,
-        warmup: int = 1, steady: int = 3, gate_headroom: float = 0.15, agent_settings=None) -> dict[str, Any]:
+        warmup: int = 1, steady: int = 3, gate_headroom: float | None = None, agent_settings=None) -> dict[str, Any]:
     """Profile each job alone, then run them together under the budget; returns the report dict.
+
+    ``gate_headroom`` None: derived from the jobs' solo pool overhead (placement.gating.overhead_headroom), as
+    the demo does. The co-located pool's capacity is ``capacity`` when given, else (CPU) halfway from the
+    budget to the sum of the solo reserved peaks: room for the deadlock rule, still below that sum.
 
     Raises UsageError (a ValueError) for bad input, before anything runs (``check_inputs``), and also when
     the device cannot be used or a job runs out of a ``capacity``-bounded CPU pool while profiled alone;
@@ -188,6 +192,10 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
                      "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
                      "peak_reserved_bytes_solo": reserved_peak})
     solo_sum = sum(c.peak_bytes for c in curves)
+    if gate_headroom is None:  # Note [Headroom from the jobs' own overhead] in placement.gating
+        from placement.gating import overhead_headroom
+
+        gate_headroom = overhead_headroom(solo_sum, sum(s["peak_reserved_bytes_solo"] for s in solo))
     # The gate plans below the budget (Note [Gate headroom]); the floor leaves it room to co-run the jobs.
     floor = feasible_floor(curves, [s["peak_reserved_bytes_solo"] for s in solo]) / (1 - gate_headroom)
     budget = int(max(budget_fraction * solo_sum, floor))
@@ -201,7 +209,9 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     # coordinator plans with allocated bytes below the budget.
     from .agent import DeviceAgent, JobRun
 
-    agent = DeviceAgent(device, capacity if device == "cpu" else None, budget,
+    reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
+    pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
+    agent = DeviceAgent(device, pool_capacity if device == "cpu" else None, budget,
                         Coordinator((1 - gate_headroom) * budget), agent_settings)
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
@@ -248,6 +258,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     report = {
         "device": device, "torch": torch.__version__, "iterations": iterations, "budget_bytes": budget,
         "budget_fraction": budget_fraction, "minimal_feasible_budget_bytes": int(floor),
+        "capacity_bytes": int(pool_capacity) if device == "cpu" else None, "gate_headroom": gate_headroom,
         # which rule set the budget: the fraction of the solo peaks, or the feasible floor above it
         "fraction_budget_bytes": int(budget_fraction * solo_sum),
         "budget_source": "feasible_floor" if floor > budget_fraction * solo_sum else "fraction",
@@ -305,6 +316,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"- waited at the gate: {waits['total_s']:.2f} s in all, {waits['count']} iteration(s) waited >= 1 ms "
              f"(the delay s column summed, first iterations waiting for the others' included); "
              f"coordinator delay records: {report['delays']['count']} ({report['delays']['total_ms'] / 1000:.2f} s)",
+             f"- pool capacity: {m(report.get('capacity_bytes'))} MiB; gate headroom {report.get('gate_headroom')}; "
+             f"reuse across processes: {m(report.get('transfer_bytes'))} MiB in {report.get('transfers')} chunk "
+             "transfers (chunks one job process returned, granted to another)",
              f"- wall {report['wall_s']:.1f} s", "",
              "| job | solo peak MiB | solo reserved peak MiB | peak allocated MiB (co-located) | solo it/s "
              "| co-located it/s | vs solo | delay s | loss |",
