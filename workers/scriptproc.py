@@ -250,16 +250,15 @@ def main(argv: list[str] | None = None) -> int:
             run_command(spec)
     except BaseException as exc:  # everything the script can end with, SystemExit and JobStopped included
         error = exc
+    # From here a SIGTERM only records the stop: a job whose script lingers in its threads or atexit
+    # functions is killed after the grace period, and nothing of Zico's own ending is cut short.
+    signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     done = outcome(error, spec)  # prints the traceback, as python would
     stopped = isinstance(error, JobStopped)
     error = None  # the traceback's frames go, and with them the script's objects (its open files flush)
-    try:
-        if not stopped:
-            with za.bind(job_id):
-                _finish_like_python()
-    except BaseException:  # a SIGTERM while its threads are joined or its atexit functions run
-        pass
-    signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
+    if not stopped:
+        with za.bind(job_id):
+            _finish_like_python()
     stop.set()
     sink.flush()
     run_s = time.monotonic() - t0

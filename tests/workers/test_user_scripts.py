@@ -241,3 +241,29 @@ def test_a_cancelled_script_stops_at_once_through_the_sandbox(tmp_path):
     # the script was stopped at its next step and reported it; no SIGKILL after the grace period
     assert job.outcome["status"] == "cancelled" and job.outcome["reason"] == "cancelled on request", job.outcome
     assert job.of("done") and job.of("done")[0]["status"] == "cancelled"
+
+
+@pytest.mark.gpu
+def test_a_cuda_script_runs_in_the_sandbox_on_its_one_gpu(tmp_path):
+    agent = DeviceAgent("cuda:0", None, 8 << 30, None, AgentSettings(hang_timeout_s=300, startup_timeout_s=300))
+    job = Job(tmp_path, 61, ["python", "cuda_mlp.py"], device="cuda:0")
+    try:
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    assert job.outcome["status"] == "succeeded", job.outcome["reason"]
+    assert [m["iteration"] for m in job.of("iteration_end")] == list(range(10))
+    assert any(line.startswith("cuda: 1 GPU visible") for line in job.stdout()), job.lines
+    assert job.outcome["metrics"]["peak_allocated_bytes"] > 64 * MiB  # the job's pool (bounded by the budget)
+
+
+@pytest.mark.parametrize("code, status, reason", [("0", "succeeded", ""), ("3", "failed", "the script exited with code 3"),
+                                                  ("out of data", "failed", "the script exited: out of data")])
+def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_files(tmp_path, agent, code, status,
+                                                                                    reason):
+    job = Job(tmp_path, 71, ["python", "exits.py", code])
+    run_together(agent, [job])
+    assert (job.outcome["status"], job.outcome["reason"]) == (status, reason)
+    out = Path(job.spec["output_dir"])
+    assert (out / "thread.txt").read_text() == "joined" and (out / "atexit.txt").read_text() == "ran"
+    assert (out / "unclosed.txt").read_text() == "flushed at exit"

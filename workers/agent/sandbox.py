@@ -20,6 +20,7 @@ the repo's job-side code      read-only   ``zico_contracts``, ``workers``, ``zic
 /job/scratch, /tmp, /dev/shm  writable    the job's private scratch directory (``/tmp`` and ``/dev/shm``
                                           are its ``.tmp`` and ``.shm`` subdirectories)
 /proc, /dev                   minimal     a procfs of the job's own PID namespace; null, zero, random, tty
+/dev/nvidia<minor>            device      a GPU job's one GPU and the driver's nodes (Note [A GPU in the sandbox])
 /etc                          read-only   a few files (dynamic linker, time zone); passwd/group name the job
 ============================  ==========  ==============================================================
 
@@ -37,6 +38,14 @@ Note [Dropping privileges]
     (as root, so any value can be set; ``RLIMIT_NPROC`` then counts this job's uid alone), instead of a
     ``preexec_fn``, which is unsafe in the agent's threaded process. A worker that is not root cannot change
     uid: bwrap then makes a user namespace and the job runs as the worker's own user.
+
+Note [A GPU in the sandbox]
+    A job on ``cuda:N`` gets that GPU's device node alone (``/dev/nvidia<minor>``, the minor from NVML), the
+    driver's shared nodes (ctl, uvm, modeset) and ``/proc/driver/nvidia``, as a container runtime gives one
+    GPU: the other GPUs have no node in the sandbox, whatever ``CUDA_VISIBLE_DEVICES`` the script sets. Its
+    one GPU is then ``cuda:0`` inside, which is what its spec says there and what a script's
+    ``torch.device("cuda")`` means. The driver's libraries come from ``/usr``. (Not yet run on a GPU host:
+    the tests run the CPU path.)
 
 Note [Signals through the sandbox]
     The agent's child is the outer bwrap; the job is two processes down (bwrap's PID-1 reaper, then python),
@@ -69,7 +78,21 @@ IMPORT_PATH = (str(REPO), str(REPO / "zico_job" / "shim"), str(REPO / "allocator
 SPEC_PATH = "/zico/spec.json"
 SYSTEM_DIRS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives")
-CUDA_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+CUDA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
+
+def cuda_device_nodes(index: int) -> list[str]:
+    """The device nodes a job on GPU ``index`` gets: that GPU's ``/dev/nvidia<minor>`` (minor from NVML) and
+    the driver's shared nodes present on this host. Raises SandboxUnavailable when the GPU has no node."""
+    from ..nvml import DeviceInfoError, gpu_minor_number
+
+    try:
+        node = f"/dev/nvidia{gpu_minor_number(index)}"
+    except DeviceInfoError as exc:
+        raise SandboxUnavailable(f"GPU {index} cannot be given to a sandboxed job: {exc}") from None
+    if not os.path.exists(node):
+        raise SandboxUnavailable(f"GPU {index} cannot be given to a sandboxed job: {node} does not exist")
+    return [node, *(n for n in CUDA_SHARED_NODES if os.path.exists(n))]
 
 
 class SandboxUnavailable(RuntimeError):
@@ -165,6 +188,8 @@ class Sandbox:
     host: dict[str, str]  # the host paths: code_dir, data_dir, output_dir, scratch_dir
     uid: int | None
     settings: AgentSettings
+    host_device: str = "cpu"  # the spec's device on the host ("cuda:N"); inside, a GPU job's is "cuda:0"
+    gpu_nodes: tuple[str, ...] = ()  # the device nodes of a GPU job (Note [A GPU in the sandbox])
 
     @classmethod
     def for_job(cls, job_id: int, spec: dict[str, Any], settings: AgentSettings) -> "Sandbox":
@@ -177,6 +202,9 @@ class Sandbox:
         for field in ("code_dir", "data_dir"):
             if spec.get(field) is not None and not os.path.isdir(spec[field]):
                 raise userjob.SpecError(field, f"{spec[field]} is not a directory")
+        nodes: tuple[str, ...] = ()
+        if spec["device"].startswith("cuda"):
+            nodes = tuple(cuda_device_nodes(int(spec["device"].partition(":")[2])))
         uid = settings.job_uid(job_id) if os.geteuid() == 0 else None
         for field in ("output_dir", "scratch_dir"):
             _private_dir(spec[field], uid, field)
@@ -185,7 +213,9 @@ class Sandbox:
         _ensure_allocator_built()
         host = {f: spec[f] for f in userjob.SANDBOX_DIRS if spec.get(f) is not None}
         inner = {**spec, **{f: userjob.SANDBOX_DIRS[f] for f in host}, "job": job_id}
-        return cls(job_id, inner, host, uid, settings)
+        if nodes:
+            inner["device"] = "cuda:0"
+        return cls(job_id, inner, host, uid, settings, spec["device"], nodes)
 
     def environment(self, job_env: dict[str, str]) -> dict[str, str]:
         """The job's whole environment: ``job_env`` (the control fds) and the sandbox's own variables."""
@@ -231,9 +261,8 @@ class Sandbox:
         build = os.environ.get("ZICO_ALLOCATOR_BUILD_DIR")
         if build and not os.path.realpath(build).startswith(str(REPO / "allocator") + os.sep):
             mounts.append(["--ro-bind", build, build])
-        if self.spec["device"].startswith("cuda"):
-            index = self.spec["device"].partition(":")[2]
-            mounts += [["--dev-bind-try", dev, dev] for dev in (*CUDA_DEVICES, f"/dev/nvidia{index}")]
+        if self.host_device.startswith("cuda"):  # Note [A GPU in the sandbox]
+            mounts += [["--dev-bind", dev, dev] for dev in self.gpu_nodes]
             mounts.append(["--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"])
         scratch = self.host["scratch_dir"]
         for field, mode in (("code_dir", "--ro-bind"), ("data_dir", "--ro-bind"), ("output_dir", "--bind"),

@@ -40,9 +40,10 @@ class AgentSettings:
     """How the agent watches its job processes.
 
     Attributes:
-        hang_timeout_s: a job that sends no progress message (ready, iteration_begin/end, mark, metric) for
-            this long, outside gate waits, is killed as hung (``ZICO_JOB_HANG_TIMEOUT_S``, default 600 s: a
-            first iteration of a big model on a loaded CPU can take minutes).
+        hang_timeout_s: a job that sends no progress message (ready, iteration_begin/end, mark, metric) and
+            prints no line for this long, outside gate waits, is killed as hung (``ZICO_JOB_HANG_TIMEOUT_S``,
+            default 600 s: a first iteration of a big model on a loaded CPU can take minutes; a user script
+            that never steps an optimizer is alive as long as it prints or calls ``zico.log``).
         startup_timeout_s: the same until the job's ``ready`` (importing torch, loading data and building the
             model) (``ZICO_JOB_STARTUP_TIMEOUT_S``, default 600 s).
         stop_grace_s: seconds between SIGTERM (and the ``stop`` message) and SIGKILL on cancel
