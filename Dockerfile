@@ -13,7 +13,8 @@ FROM python:3.11-slim-bookworm
 ARG TORCH_SPEC="torch==2.13.0"
 ARG TORCH_INDEX=""
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 ZICO_VAR_DIR=/var/lib/zico
-RUN apt-get update && apt-get install -y --no-install-recommends g++ cmake make curl \
+# bubblewrap: the sandbox of user-script jobs (docs/workers.md, "User scripts and the sandbox")
+RUN apt-get update && apt-get install -y --no-install-recommends g++ cmake make curl bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY requirements.lock pyproject.toml ./

@@ -28,7 +28,8 @@ apt_install() {  # apt_install PKG... — installs the Debian packages that are 
 
 ensure_system_packages() {  # what the demo needs; tests add postgresql and chromium
   command -v python3.11 >/dev/null || apt_install python3.11 python3.11-venv
-  apt_install redis-server g++ cmake make
+  # bubblewrap: the sandbox of user-script jobs (workers/agent/sandbox.py); setpriv and prlimit are util-linux's
+  apt_install redis-server g++ cmake make bubblewrap
   command -v npm >/dev/null || apt_install nodejs npm
 }
 

@@ -159,18 +159,21 @@ class _AgentLogHandler(logging.Handler):
             pass
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(orphan_check: bool = True) -> None:
+    """SIGKILL this process when its parent dies. ``orphan_check``: exit at once if the parent (the agent) is
+    already gone; not in a sandbox, where the parent is the sandbox's own PID 1."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:  # the agent died before the prctl took effect
+    if orphan_check and os.getppid() == 1:  # the agent died before the prctl took effect
         os._exit(70)
 
 
-def _install_allocator(spec: dict[str, Any]):
-    """The allocator before any torch allocation: the agent's pool if offered, else one of this process."""
+def _install_allocator(spec: dict[str, Any], scope: str = "bound"):
+    """The allocator before any torch allocation: the agent's pool if offered, else one of this process.
+    ``scope``: the CPU shim's (``zico_allocator.install_cpu``); a user script uses "all"."""
     import zico_allocator as za
 
     device = spec["device"]
@@ -185,14 +188,14 @@ def _install_allocator(spec: dict[str, Any]):
         # Scope "bound": the bound training thread's CPU tensors come from the agent's chunks, as in the job's
         # profile (the data set, loaded unbound, stays outside). A job that unbinds itself (bind(0)) or turns
         # the shim off allocates around the pool: the agent's bypass detection stops it (workers.agent.agent).
-        za.install_cpu(scope="bound")
+        za.install_cpu(scope=scope)
         return za, "cpu"
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
         za.install_cuda(index)
         adev: Any = index
     else:
-        za.install_cpu(spec.get("capacity_bytes"))
+        za.install_cpu(spec.get("capacity_bytes"), scope=scope)
         adev = "cpu"
     if spec.get("budget_bytes"):
         za.set_budget(int(spec["budget_bytes"]), device=adev)

@@ -65,6 +65,16 @@ def gpu_info(index: int) -> DeviceInfo:
         raise DeviceInfoError(f"NVML cannot read GPU {index}: {exc}") from exc
 
 
+def gpu_minor_number(index: int) -> int:
+    """The minor number of GPU ``index``'s device node (``/dev/nvidia<minor>``, NVML
+    ``nvmlDeviceGetMinorNumber``). Raises DeviceInfoError."""
+    pynvml = _nvml()
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(index)))
+    except pynvml.NVMLError as exc:
+        raise DeviceInfoError(f"NVML cannot read GPU {index}: {exc}") from exc
+
+
 def gpu_used_bytes(index: int) -> int | None:
     """NVML ``memory.used`` of GPU ``index`` in bytes (all processes), or None if NVML fails."""
     try:

@@ -38,7 +38,7 @@ def collect_samples(rt: DeviceRuntime, now: float) -> list[dict[str, Any]]:
     if rt.config.kind == "gpu":
         used = gpu_used_bytes(rt.config.index)
     else:
-        used = sum(filter(None, [process_rss_bytes()] + [process_rss_bytes(r.pid) for r in runs if r.pid]))
+        used = sum(filter(None, [process_rss_bytes()] + [process_rss_bytes(r.job_pid or r.pid) for r in runs if r.pid]))
     samples.append({"job": None, "device": rt.device, "t": now,
                     "allocated": st["allocated"], "reserved": st["reserved"], "peak_reserved": st["peak_reserved"],
                     "device_used": used, "budget": rt.budget_bytes, "jobs": [r.job_id for r in runs]})

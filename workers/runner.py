@@ -201,7 +201,7 @@ class _Relay:
             if self.first:
                 log.info("job %s resumes from its checkpoint after iteration %d", spec.job, self.first - 1)
             self.link.emit("job_started", job=spec.job, placement=spec.placement, resumed_from=self.first,
-                           iterations=self.iterations, pid=self.job.pid if self.job else None)
+                           iterations=self.iterations, pid=(self.job.job_pid or self.job.pid) if self.job else None)
             self.link.flush()
         elif kind == "go":
             self.delays.add(msg["delay_s"])

@@ -10,12 +10,16 @@ Job -> agent::
 
     hello          {version, job_id, pid}              first message; version must be PROTOCOL_VERSION
     ready          {resumed_from, iterations}          the job is built (and resumed); training starts
+                                                       (iterations 0: not known yet, a user script's case)
     iteration_begin {iteration}                        asks to start an iteration; blocks until go or stop
     mark           {kind, iteration}                   a phase mark inside an iteration (forward, backward, optimizer)
     iteration_end  {iteration[, marks]}                an iteration ended; marks: {phase: seconds since its begin}
     stats          {allocated, reserved, peak_allocated, peak_reserved, iteration, phase}   bytes; a few times a second
     log            {line[, level]}                     a line for the agent's log; level: debug|info|warning|error|critical
-    metric         {values: {name: number|str|None}}   training figures (loss, accuracy, iterations_done, ...)
+    metric         {values: {name: number|str|None}[, iterations_total]}   training figures (loss, accuracy,
+                                                       iterations_done, ...); iterations_total: the job's own count
+                                                       of iterations (optimizer steps) in the whole run, when it
+                                                       says (a user script: ``zico.set_iterations_total``)
     done           {status, metrics[, reason, curve]}  last message; status succeeded|failed|cancelled|aborted;
                                                        curve: a profile run's memory curve (placement.curves JSON)
 
@@ -95,7 +99,8 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
                "iteration": (lambda v: _int(v, -1), "an integer >= -1"),
                "phase": (_choice(PHASES), f"one of {PHASES}")}, {}),
     "log": ({"line": (_str, "a string")}, {"level": (_choice(LOG_LEVELS), f"one of {LOG_LEVELS}")}),
-    "metric": ({"values": (_values, "an object of name -> number, string or null")}, {}),
+    "metric": ({"values": (_values, "an object of name -> number, string or null")},
+               {"iterations_total": (_int, "an integer >= 0")}),
     "done": ({"status": (_choice(STATUSES), f"one of {STATUSES}"), "metrics": (_metrics, "an object")},
              {"reason": (_str, "a string"), "curve": (lambda v: isinstance(v, dict), "a memory curve object")}),
     "go": ({"delay_s": (lambda v: _num(v) and v >= 0, "a number >= 0 (seconds)")}, {}),

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_contracts_import_neither_django_celery_nor_torch():
-    code = ("import sys, zico_contracts, zico_contracts.agent; "
+    code = ("import sys, zico_contracts, zico_contracts.agent, zico_contracts.userjob; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)

@@ -4,10 +4,13 @@
 * :mod:`.pool` — the device's memory pool as the agent holds it (the allocator's ``AgentPool`` when the binding
   has it, else each job bounded by the device budget in its own process).
 * :mod:`.launch` — one job process: launch with inherited sockets, read its messages, tail its stderr, stop it.
+* :mod:`.output` — a job's stdout/stderr cut into lines of bounded size (``JobRun.on_output``).
+* :mod:`.sandbox` — the bubblewrap sandbox of a user-script job: its command line, uid, limits, directories.
 * :mod:`.agent` — :class:`DeviceAgent`: the coordinator gate for every job, watchdogs, the outcome of each run.
 * :mod:`.lock` — one agent per device (an ``flock`` that dies with its holder).
 
-The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`.
+The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`
+(catalog jobs) or :mod:`workers.scriptproc` (a user's own script, spec :mod:`zico_contracts.userjob`).
 """
 from .agent import DeviceAgent, JobRun
 from .lock import DeviceLocked, lock_device

@@ -13,6 +13,12 @@ the job's live figures (read by the reporter). The calling thread supervises, fo
   SIGKILL, failed ("allocated X bytes outside the allocator (limit Y bytes ...)", Note [Memory outside the
   allocator]).
 
+A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_contracts.userjob`): it runs as
+``settings.script_module`` inside its sandbox (:mod:`.sandbox`), never unsandboxed; where no sandbox can run
+(:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
+with that message and starts nothing. Catalog jobs (``workers.jobproc``: Zico's own code, parameters checked
+against the workload's schema) run outside the sandbox.
+
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
     with the agent's reason; a stop: the stop's status). A process that ends without ``done`` failed:
@@ -29,8 +35,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from zico_contracts import userjob
+
 from ..gate import Gate, RunStopped
-from .launch import JobProcess, describe_exit, rss_anon_bytes
+from . import sandbox
+from .launch import JobProcess, crash_site, describe_exit, rss_anon_bytes
 from .pool import Pool
 from .settings import AgentSettings
 
@@ -43,7 +52,14 @@ PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark
 
 @dataclass
 class JobRun:
-    """One job process under the agent, with its live figures (bytes) as the job last reported them."""
+    """One job process under the agent, with its live figures (bytes) as the job last reported them.
+
+    ``spec``: a catalog job's (``workers.jobproc``) or a user script's (``"kind": "script"``,
+    :func:`zico_contracts.userjob.validate_spec`). ``on_message(msg)`` sees every message of the job (and the
+    agent's ``go``), in the job's reader thread; ``on_output(stream, line)`` every line the job prints,
+    ``stream`` ``"stdout"`` or ``"stderr"``, each cut to ``AgentSettings.output_line_bytes``, in that stream's
+    drain thread (a slow callback holds the job up once its pipe is full). ``pid`` is the process the agent
+    launched (a sandbox's outer bwrap), ``job_pid`` the job's own (from its ``hello``)."""
 
     job_id: int
     spec: dict[str, Any]
@@ -52,9 +68,11 @@ class JobRun:
     stop_check: Callable[[], str | None] = lambda: None
     on_message: Callable[[dict[str, Any]], None] = lambda msg: None
     tenant_id: int = 0
+    on_output: Callable[[str, str], None] = lambda stream, line: None
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     # live state
     pid: int | None = None
+    job_pid: int | None = None
     iteration: int = -1
     iterations: int = 0
     phase: str = "setup"
@@ -109,6 +127,10 @@ class DeviceAgent:
         """The device budget (bytes) for the pool; the caller re-plans the coordinator."""
         self.pool.set_budget(budget_bytes)
 
+    def user_code_refusal(self) -> str | None:
+        """Why this agent cannot run user scripts (no bubblewrap, no namespaces), or None when it can."""
+        return sandbox.refusal(self.settings.bwrap)
+
     def close(self) -> None:
         for run in self.jobs():
             run.stop_status = run.stop_status or "aborted"
@@ -119,6 +141,8 @@ class DeviceAgent:
         """Launch ``run`` and block until its process ended. Returns ``{status, reason, metrics, pid}``.
 
         Raises RuntimeError when the job already runs here, CurveError for a malformed curve (nothing started).
+        A user script whose spec is malformed or that cannot be sandboxed here returns ``failed`` with the
+        reason, ``pid`` None (nothing started).
         """
         gate = Gate(SimpleNamespace(coordinator=self.coordinator,
                                     link=SimpleNamespace(stop_requested=lambda _j, _p: run.stop_check())),
@@ -130,15 +154,28 @@ class DeviceAgent:
             self._runs[run.job_id] = run
         agent_fd = None
         try:
-            agent_fd = self.pool.add_job(run.job_id, run.tenant_id)
             spec = {**run.spec, "job": run.job_id}
             if not self.pool.shared:  # Note: per-process pools, each bounded by the device budget
                 spec.setdefault("budget_bytes", self.pool.budget_bytes)
                 spec.setdefault("capacity_bytes", self.capacity_bytes)
-            proc = JobProcess(run.job_id, spec, self.settings.job_module,
+            box, module = None, self.settings.job_module
+            if spec.get("kind") == userjob.SCRIPT_KIND:
+                try:
+                    box = sandbox.Sandbox.for_job(run.job_id, spec, self.settings)
+                except (userjob.SpecError, sandbox.SandboxUnavailable) as exc:
+                    with self._lock:
+                        self._runs.pop(run.job_id, None)
+                    log.warning("job %s: user script not started: %s", run.job_id, exc)
+                    return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None,
+                            "metrics": {}}
+                spec, module = box.spec, self.settings.script_module
+            agent_fd = self.pool.add_job(run.job_id, run.tenant_id)
+            proc = JobProcess(run.job_id, spec, module,
                               lambda msg: self._on_message(run, proc, msg),
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
-                              agent_fd, self.settings.stderr_lines)
+                              agent_fd, self.settings.stderr_lines, sandbox=box,
+                              on_output=lambda stream, line: self._on_output(run, stream, line),
+                              output_line_bytes=self.settings.output_line_bytes)
         except BaseException:
             with self._lock:
                 self._runs.pop(run.job_id, None)
@@ -196,7 +233,7 @@ class DeviceAgent:
             is. So its ``RssAnon`` beyond its baseline (sampled at ``hello``: interpreter, torch, client),
             its allowed share (with per-process pools, whose memory is anonymous: the device budget; with the
             agent pool: 0) and the margin was allocated outside the allocator, and the job is stopped."""
-        rss = rss_anon_bytes(proc.pid)
+        rss = rss_anon_bytes(proc.job_pid) if proc.job_pid is not None else None
         if rss is None or run.baseline_rss_anon is None:
             return
         run.peak_rss_anon = max(run.peak_rss_anon, rss)
@@ -219,7 +256,7 @@ class DeviceAgent:
             return
         from ..nvml import gpu_process_used_bytes
 
-        used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0)) or {}).get(proc.pid)
+        used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0)) or {}).get(run.job_pid or proc.pid)
         if used is None:
             return
         share = 0 if self.pool.shared else self.pool.budget_bytes
@@ -253,14 +290,21 @@ class DeviceAgent:
             if msg["job_id"] != run.job_id:
                 self._kill(run, proc, f"protocol error: hello from job {msg['job_id']}, expected {run.job_id}")
                 return
-            run.baseline_rss_anon = rss_anon_bytes(proc.pid)  # Note [Memory outside the allocator]
+            if run.job_pid is not None:  # the first hello (sent before any user code) names the job's process
+                self._kill(run, proc, "protocol error: a second hello")
+                return
+            run.job_pid = proc.locate(msg["pid"])
+            if run.job_pid is None:
+                self._kill(run, proc, f"protocol error: hello from pid {msg['pid']}, no such process in the job")
+                return
+            run.baseline_rss_anon = rss_anon_bytes(run.job_pid)  # Note [Memory outside the allocator]
         if kind == "ready":
             run.ready = True
             if self.device.startswith("cuda"):  # Note [Memory outside the allocator] on a GPU
                 from ..nvml import gpu_process_used_bytes
 
                 run.baseline_device_used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0))
-                                            or {}).get(proc.pid, 0)
+                                            or {}).get(run.job_pid or proc.pid, 0)
             run.iterations = msg["iterations"]
             run.iteration = msg["resumed_from"] - 1
         elif kind == "iteration_begin":
@@ -273,9 +317,15 @@ class DeviceAgent:
             run.gate.progress(run.job_id, "iteration_end", msg["iteration"])
         elif kind == "done":
             run.done = msg
+        elif kind == "metric" and "iterations_total" in msg:
+            run.iterations = msg["iterations_total"]
         elif kind == "log":  # the job's own log records at WARNING and above arrive so (workers.jobproc)
             log.log(logging.getLevelName(msg.get("level", "info").upper()), "job %s: %s", run.job_id, msg["line"][:1000])
         run.on_message(msg)
+
+    def _on_output(self, run: JobRun, stream: str, line: str) -> None:
+        run.last_progress = time.monotonic()  # a job that prints is not hung (a user script may never step)
+        run.on_output(stream, line)
 
     def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
         run.phase = "wait"
@@ -306,7 +356,7 @@ class DeviceAgent:
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
-        out: dict[str, Any] = {"pid": proc.pid, "returncode": returncode, "metrics": metrics}
+        out: dict[str, Any] = {"pid": run.job_pid or proc.pid, "returncode": returncode, "metrics": metrics}
         if run.done is not None and "curve" in run.done:  # a profile run's memory curve (workers.profiling)
             out["curve"] = run.done["curve"]
         if run.stop_status is not None and (run.done is None or run.done["status"] != "failed"):
@@ -315,9 +365,12 @@ class DeviceAgent:
                 reason += f" ({run.killed_reason})"
             return {**out, "status": run.stop_status, "reason": reason}
         if run.killed_reason is not None:
-            return {**out, "status": "failed", "reason": f"{run.killed_reason}; {describe_exit(returncode)}"}
+            return {**out, "status": "failed",
+                    "reason": f"{run.killed_reason}; {describe_exit(returncode, proc.sandboxed)}"}
         if run.done is not None:
             return {**out, "status": run.done["status"], "reason": run.done.get("reason", "")}
         tail = proc.tail(self.settings.stderr_lines)  # the fatal error and its stack are in there
-        return {**out, "status": "failed", "reason": describe_exit(returncode) + " before reporting an outcome"
+        site = crash_site(list(proc.stderr_tail), userjob.SANDBOX_DIRS["code_dir"]) if proc.sandboxed else ""
+        return {**out, "status": "failed", "reason": describe_exit(returncode, proc.sandboxed) + site
+                + " before reporting an outcome"
                 + (f"; last stderr lines:\n{tail}" if tail else "")}

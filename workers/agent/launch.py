@@ -7,7 +7,12 @@ from a thread-holding interpreter without an exec: ``subprocess`` execs at once,
 (Note [Allocator before CUDA, and never in a forked child] in ``workers.jobproc``).
 
 A reader thread decodes the job's messages and hands each to the agent's callback; two threads drain stdout
-(to the log) and stderr (to the log and a tail of the last lines, for the failure reason).
+(to the log) and stderr (to the log and a tail of the last lines, for the failure reason), each line cut to a
+size cap (:mod:`.output`) and handed to ``on_output(stream, line)`` as well.
+
+A user-script job runs inside its sandbox (:mod:`.sandbox`): the process launched is the outer bwrap, the job
+itself is found at its ``hello`` (:meth:`JobProcess.locate`), and signals and exit statuses go through the
+sandbox as Note [Signals through the sandbox] says.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import collections
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +31,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zico_contracts import agent as proto
+
+from .output import LineCutter
 
 log = logging.getLogger(__name__)
 
@@ -40,52 +48,124 @@ def rss_anon_bytes(pid: int) -> int | None:
     return None
 
 
-def describe_exit(returncode: int) -> str:
-    """``-11`` -> ``"killed by signal SIGSEGV"``, ``3`` -> ``"exited with code 3"``."""
-    if returncode < 0:
+LIMIT_SIGNALS = {"SIGXCPU": "the CPU time limit, ZICO_JOB_CPU_S", "SIGXFSZ": "the file size limit, ZICO_JOB_FSIZE_BYTES"}
+
+
+def describe_exit(returncode: int, sandboxed: bool = False) -> str:
+    """``-11`` -> ``"killed by signal SIGSEGV"``, ``3`` -> ``"exited with code 3"``. In a sandbox bwrap reports a
+    job killed by signal N as 128 + N (Note [Signals through the sandbox]), read back as that signal."""
+    signum = -returncode if returncode < 0 else None
+    if sandboxed and 128 < returncode < 128 + signal.NSIG:
+        signum = returncode - 128
+    if signum is not None:
         try:
-            name = signal.Signals(-returncode).name
+            name = signal.Signals(signum).name
         except ValueError:
-            name = f"signal {-returncode}"
-        return f"killed by signal {name}"
+            name = f"signal {signum}"
+        limit = LIMIT_SIGNALS.get(name)
+        return f"killed by signal {name}" + (f" ({limit} reached)" if limit else "")
     return f"exited with code {returncode}"
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def crash_site(stderr_lines: list[str], code_dir: str) -> str:
+    """`` (train.py, line 13)``: the innermost frame under ``code_dir`` of the crashing thread's stack that
+    faulthandler printed (its "Current thread" block), or ``""``."""
+    found, current = "", False
+    for line in stderr_lines:
+        if line.startswith(("Current thread", "Thread ")):
+            current = line.startswith("Current thread")
+        m = _FRAME.search(line) if current else None
+        if m and m["file"].startswith(code_dir + "/") and not found:
+            found = f" ({os.path.relpath(m['file'], code_dir)}, line {m['line']})"
+    return found
+
+
+def namespace_pid(pid: int) -> int | None:
+    """The innermost pid of ``pid`` (the last ``NSpid`` of ``/proc/<pid>/status``), None when gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, nearest first (from ``/proc/<p>/task/<p>/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, ValueError):
+            kids = []
+        out += kids
+        todo += kids
+    return out
 
 
 class JobProcess:
     """A launched job process. ``on_message(msg)`` runs in the reader thread for every valid message;
-    ``on_protocol_error(exc)`` for a message that breaks the protocol (the agent then kills the job)."""
+    ``on_protocol_error(exc)`` for a message that breaks the protocol (the agent then kills the job);
+    ``on_output(stream, line)`` in a drain thread for every line of stdout (``"stdout"``) and stderr
+    (``"stderr"``), each cut to ``output_line_bytes``. ``sandbox`` (a :class:`workers.agent.sandbox.Sandbox`)
+    wraps the command; ``spec`` is then the sandbox's own (in-sandbox paths) and goes in as a file."""
 
     def __init__(self, job_id: int, spec: dict[str, Any], job_module: str, on_message: Callable[[dict], None],
                  on_protocol_error: Callable[[Exception], None], agent_fd: int | None = None,
-                 stderr_lines: int = 50, env: dict[str, str] | None = None):
+                 stderr_lines: int = 50, env: dict[str, str] | None = None, sandbox=None,
+                 on_output: Callable[[str, str], None] | None = None, output_line_bytes: int = 4096):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
+        self.sandboxed = sandbox is not None
         self._send_lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
         fds = [theirs.fileno()] + ([agent_fd] if agent_fd is not None else [])
-        child_env = {**os.environ, **(env or {}), proto.CONTROL_FD_ENV: str(theirs.fileno()),
-                     "PYTHONUNBUFFERED": "1"}
-        child_env.pop(proto.AGENT_FD_ENV, None)
-        if agent_fd is not None:
-            child_env[proto.AGENT_FD_ENV] = str(agent_fd)
+        job_env = {proto.CONTROL_FD_ENV: str(theirs.fileno()), "PYTHONUNBUFFERED": "1",
+                   **({proto.AGENT_FD_ENV: str(agent_fd)} if agent_fd is not None else {})}
+        extra: list[int] = []
+        if sandbox is not None:  # the environment is the sandbox's alone (no worker secrets)
+            argv, child_env, extra = sandbox.command(job_module, job_env)
+        else:
+            argv = [sys.executable, "-m", job_module, "--spec", json.dumps(spec)]
+            child_env = {**os.environ, **(env or {})}
+            child_env.pop(proto.AGENT_FD_ENV, None)
+            child_env.update(job_env)
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", job_module, "--spec", json.dumps(spec)],
-                                         pass_fds=fds, env=child_env, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, pass_fds=fds + extra, env=child_env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
                                          start_new_session=True)
         finally:
             theirs.close()  # the child has its copy; EOF on ours now means the child is gone
-            if agent_fd is not None:
-                os.close(agent_fd)
+            for fd in extra + ([agent_fd] if agent_fd is not None else []):
+                os.close(fd)
         self.pid = self.proc.pid
+        self.job_pid: int | None = None if self.sandboxed else self.pid  # the job's own process (host pid)
         self.started = time.monotonic()
         self._on_message, self._on_protocol_error = on_message, on_protocol_error
+        self._on_output = on_output
+        self._line_bytes = output_line_bytes
         self._threads = [threading.Thread(target=self._read, name=f"job-{job_id}-control", daemon=True),
-                         threading.Thread(target=self._drain, args=(self.proc.stdout, False),
+                         threading.Thread(target=self._drain, args=(self.proc.stdout, "stdout"),
                                           name=f"job-{job_id}-stdout", daemon=True),
-                         threading.Thread(target=self._drain, args=(self.proc.stderr, True),
+                         threading.Thread(target=self._drain, args=(self.proc.stderr, "stderr"),
                                           name=f"job-{job_id}-stderr", daemon=True)]
+
+    def locate(self, pid_in_job: int) -> int | None:
+        """The host pid of the job's own process, from the pid it sent in ``hello`` (its pid in the sandbox's
+        PID namespace); sets :attr:`job_pid`. Unsandboxed, that pid is the launched process itself."""
+        if not self.sandboxed:
+            return self.job_pid
+        for pid in descendants(self.pid):
+            if namespace_pid(pid) == pid_in_job:
+                self.job_pid = pid
+                return pid
+        return None
 
     def start(self) -> "JobProcess":
         """Start reading the job's messages and output (after the caller holds this object)."""
@@ -104,9 +184,13 @@ class JobProcess:
             return False
 
     def signal(self, sig: int) -> None:
-        """Signal the job's process group (the job and anything it started)."""
+        """Signal the job's process group (the job and anything it started). In a sandbox any signal but
+        SIGKILL goes to the job's own process once it is known (Note [Signals through the sandbox])."""
         try:
-            os.killpg(self.pid, sig)
+            if self.sandboxed and sig != signal.SIGKILL and self.job_pid is not None:
+                os.kill(self.job_pid, sig)
+            else:
+                os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -120,12 +204,26 @@ class JobProcess:
         except OSError:
             pass
 
-    def _drain(self, stream, is_stderr: bool) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace").rstrip()
-            if is_stderr:
-                self.stderr_tail.append(line)
-            log.debug("job %s %s: %s", self.job_id, "stderr" if is_stderr else "stdout", line)
+    def _drain(self, stream, name: str) -> None:
+        cutter = LineCutter(self._line_bytes)
+        fd = stream.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                data = b""
+            lines = cutter.feed(data) if data else cutter.close()
+            for line in lines:
+                if name == "stderr":
+                    self.stderr_tail.append(line)
+                log.debug("job %s %s: %s", self.job_id, name, line)
+                if self._on_output is not None:
+                    try:
+                        self._on_output(name, line)
+                    except Exception:  # a broken callback must not stop the drain (the job would block)
+                        log.exception("job %s: on_output failed", self.job_id)
+            if not data:
+                break
         stream.close()
 
     def wait(self, timeout: float | None) -> int | None:

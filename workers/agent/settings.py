@@ -1,4 +1,6 @@
-"""The device agent's knobs, each written once here (environment variables documented in README.md)."""
+"""The device agent's knobs, each written once here (environment variables documented in README.md).
+
+Malformed values raise ValueError naming the variable (the worker refuses to start with that message)."""
 from __future__ import annotations
 
 import os
@@ -18,14 +20,30 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
+def _env_int(name: str, default: int, minimum: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.strip().isdigit():
+        raise ValueError(f"{name}: expected a whole number, got {raw!r}")
+    value = int(raw)
+    if value < minimum:
+        raise ValueError(f"{name}: expected a number >= {minimum}, got {raw!r}")
+    return value
+
+
+UID_LIMIT = 2**32 - 1  # (uid_t)-1 means "unchanged" to setresuid; every job uid stays below it
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """How the agent watches its job processes.
 
     Attributes:
-        hang_timeout_s: a job that sends no progress message (ready, iteration_begin/end, mark, metric) for
-            this long, outside gate waits, is killed as hung (``ZICO_JOB_HANG_TIMEOUT_S``, default 600 s: a
-            first iteration of a big model on a loaded CPU can take minutes).
+        hang_timeout_s: a job that sends no progress message (ready, iteration_begin/end, mark, metric) and
+            prints no line for this long, outside gate waits, is killed as hung (``ZICO_JOB_HANG_TIMEOUT_S``,
+            default 600 s: a first iteration of a big model on a loaded CPU can take minutes; a user script
+            that never steps an optimizer is alive as long as it prints or calls ``zico.log``).
         startup_timeout_s: the same until the job's ``ready`` (importing torch, loading data and building the
             model) (``ZICO_JOB_STARTUP_TIMEOUT_S``, default 600 s).
         stop_grace_s: seconds between SIGTERM (and the ``stop`` message) and SIGKILL on cancel
@@ -36,7 +54,26 @@ class AgentSettings:
             torch's own small buffers and the host copies of a checkpoint live there too).
         rss_interval_s: how often each job's ``/proc/<pid>/status`` is sampled (0.25 s).
         stderr_lines: stderr lines kept for a failure reason (50).
-        job_module: the module run with ``python -m`` for each job (``workers.jobproc``).
+        job_module: the module run with ``python -m`` for each catalog job (``workers.jobproc``).
+        script_module: the module run for each user-script job, inside the sandbox (``workers.scriptproc``).
+        output_line_bytes: a job's stdout/stderr line is cut to this many bytes before it reaches the log, the
+            stderr tail and ``JobRun.on_output`` (``ZICO_JOB_OUTPUT_LINE_BYTES``, default 4096; the rest of the
+            line is dropped and the line ends with ``... [N bytes cut]``).
+
+    User-script sandbox (:mod:`workers.agent.sandbox`, docs/workers.md "User scripts and the sandbox"):
+
+    Attributes:
+        bwrap: the bubblewrap program (``ZICO_JOB_BWRAP``, default ``/usr/bin/bwrap``); missing, the agent refuses
+            user scripts with a message saying so.
+        uid_base, uid_count: job ``N`` runs as uid and gid ``uid_base + N % uid_count`` (``ZICO_JOB_UID_BASE``,
+            default 2000000000; ``ZICO_JOB_UID_COUNT``, default 1000000): an id no account has, one per job, so no
+            two running jobs share a uid and the process-count limit is each job's own.
+        cpu_s: CPU seconds a job may use, all its threads together (``ZICO_JOB_CPU_S``, default 2592000, 30 days
+            of one core; ``RLIMIT_CPU``: SIGXCPU, then SIGKILL one second later).
+        nofile: open files (``ZICO_JOB_NOFILE``, default 4096; ``RLIMIT_NOFILE``).
+        nproc: processes and threads of the job's uid (``ZICO_JOB_NPROC``, default 4096; ``RLIMIT_NPROC``).
+        fsize_bytes: the largest file the job may write (``ZICO_JOB_FSIZE_BYTES``, default 64 GiB;
+            ``RLIMIT_FSIZE``: SIGXFSZ).
     """
 
     hang_timeout_s: float = 600.0
@@ -46,6 +83,24 @@ class AgentSettings:
     rss_interval_s: float = 0.25
     stderr_lines: int = 50
     job_module: str = "workers.jobproc"
+    script_module: str = "workers.scriptproc"
+    output_line_bytes: int = 4096
+    bwrap: str = "/usr/bin/bwrap"
+    uid_base: int = 2_000_000_000
+    uid_count: int = 1_000_000
+    cpu_s: int = 30 * 86400
+    nofile: int = 4096
+    nproc: int = 4096
+    fsize_bytes: int = 64 << 30
+
+    def __post_init__(self):
+        if self.uid_base < 1 or self.uid_count < 1 or self.uid_base + self.uid_count > UID_LIMIT:
+            raise ValueError(f"ZICO_JOB_UID_BASE / ZICO_JOB_UID_COUNT: job uids {self.uid_base}.."
+                             f"{self.uid_base + self.uid_count - 1} must lie within 1..{UID_LIMIT - 1}")
+
+    def job_uid(self, job_id: int) -> int:
+        """The uid (and gid) job ``job_id`` runs as in its sandbox."""
+        return self.uid_base + job_id % self.uid_count
 
     @classmethod
     def from_env(cls, **overrides) -> "AgentSettings":
@@ -53,5 +108,13 @@ class AgentSettings:
         base = {"hang_timeout_s": _env_float("ZICO_JOB_HANG_TIMEOUT_S", cls.hang_timeout_s),
                 "startup_timeout_s": _env_float("ZICO_JOB_STARTUP_TIMEOUT_S", cls.startup_timeout_s),
                 "stop_grace_s": _env_float("ZICO_JOB_STOP_GRACE_S", cls.stop_grace_s),
-                "bypass_margin_bytes": int(_env_float("ZICO_JOB_BYPASS_MARGIN_BYTES", cls.bypass_margin_bytes))}
+                "bypass_margin_bytes": int(_env_float("ZICO_JOB_BYPASS_MARGIN_BYTES", cls.bypass_margin_bytes)),
+                "output_line_bytes": _env_int("ZICO_JOB_OUTPUT_LINE_BYTES", cls.output_line_bytes, 80),
+                "bwrap": os.environ.get("ZICO_JOB_BWRAP") or cls.bwrap,
+                "uid_base": _env_int("ZICO_JOB_UID_BASE", cls.uid_base, 1),
+                "uid_count": _env_int("ZICO_JOB_UID_COUNT", cls.uid_count, 1),
+                "cpu_s": _env_int("ZICO_JOB_CPU_S", cls.cpu_s, 1),
+                "nofile": _env_int("ZICO_JOB_NOFILE", cls.nofile, 64),
+                "nproc": _env_int("ZICO_JOB_NPROC", cls.nproc, 16),
+                "fsize_bytes": _env_int("ZICO_JOB_FSIZE_BYTES", cls.fsize_bytes, 1 << 20)}
         return cls(**{**base, **overrides})

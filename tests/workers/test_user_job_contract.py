@@ -1,0 +1,185 @@
+"""The user-script job's contracts, without running a script: the spec and command rules
+(zico_contracts.userjob), the job-side ``zico`` API (zico_job) and its import name, the protocol's new field,
+the agent's knobs, its output lines and exit descriptions, and its refusal when no sandbox can run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workers.agent import AgentSettings, DeviceAgent, JobRun
+from workers.agent.launch import describe_exit
+from workers.agent.output import LineCutter
+from zico_contracts import agent as proto
+from zico_contracts import userjob
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spec(**over):
+    return {"kind": "script", "code_dir": "/srv/code", "argv": ["python", "train.py"], "device": "cpu",
+            "output_dir": "/srv/out", "scratch_dir": "/srv/scratch", **over}
+
+
+@pytest.mark.parametrize("argv, kind, target, args", [
+    (["python", "train.py", "--epochs", "2"], "script", "train.py", ("--epochs", "2")),
+    (["python3.11", "-u", "-B", "src/train.py"], "script", "src/train.py", ()),
+    (["/usr/bin/python3", "-m", "pkg.train", "-m", "x"], "module", "pkg.train", ("-m", "x")),
+    (["train.py", "--lr", "1e-3"], "script", "train.py", ("--lr", "1e-3")),
+    (["bash", "run.sh"], "program", "bash", ("run.sh",)),
+])
+def test_commands_a_job_can_be_given(argv, kind, target, args):
+    cmd = userjob.parse_command(argv)
+    assert (cmd.kind, cmd.target, cmd.args) == (kind, target, args)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "non-empty list"),
+    ("python train.py", "non-empty list"),
+    (["python", 3], "non-empty list"),
+    (["python", "-O", "train.py"], "python option -O is not supported"),
+    (["python", "-m"], "python -m needs a module name"),
+    (["python", "-u"], "python needs a script"),
+])
+def test_commands_that_cannot_run_say_why(argv, message):
+    with pytest.raises(userjob.CommandError, match=message):
+        userjob.parse_command(argv)
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"kind": "catalog"}, "kind"),
+    ({"code_dir": "relative/code"}, "code_dir"),
+    ({"output_dir": None}, "output_dir"),
+    ({"data_dir": 3}, "data_dir"),
+    ({"argv": ["python", "-X", "dev", "t.py"]}, "argv"),
+    ({"env": {"ZICO_CONTROL_FD": "3"}}, "env"),
+    ({"env": {"PYTHONPATH": "/x"}}, "env"),
+    ({"env": {"bad-name": "1"}}, "env"),
+    ({"env": {"OK": 1}}, "env"),
+    ({"device": "tpu"}, "device"),
+    ({"iterations": -1}, "iterations"),
+])
+def test_a_malformed_spec_names_its_field(over, field):
+    with pytest.raises(userjob.SpecError) as err:
+        userjob.validate_spec(spec(**over))
+    assert err.value.field == field and str(err.value).startswith(f"{field}: ")
+
+
+def test_a_good_spec_passes_with_its_optional_fields():
+    s = spec(env={"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}, data_dir="/srv/data", iterations=100,
+             device="cuda:1")
+    assert userjob.validate_spec(s) is s
+
+
+def test_metric_may_carry_the_scripts_total_iteration_count():
+    assert proto.decode(proto.encode("metric", values={"loss": 1.0}, iterations_total=40))["iterations_total"] == 40
+    with pytest.raises(proto.ProtocolError, match="iterations_total"):
+        proto.encode("metric", values={}, iterations_total=-1)
+
+
+def test_zico_job_values_are_plain_and_calls_outside_a_job_do_nothing():
+    import zico_job
+
+    got = []
+
+    class Sink:
+        def log(self, values):
+            got.append(values)
+
+        def set_iterations_total(self, total):
+            got.append(total)
+
+    assert not zico_job.running()
+    zico_job.log(loss=1.0)  # no sink: nothing happens, nothing raises
+    zico_job._attach(Sink())
+    try:
+        zico_job.log(loss=np.float32(0.5), step=3, ok=True, lr=float("nan"), note=None)
+        zico_job.set_iterations_total(7)
+        with pytest.raises(TypeError, match="hist=\\[1, 2\\] is not a number"):
+            zico_job.log(hist=[1, 2])
+        with pytest.raises(ValueError, match="expected an integer >= 0"):
+            zico_job.set_iterations_total(-2)
+    finally:
+        zico_job._attach(None)
+    assert got == [{"loss": 0.5, "step": 3, "ok": True, "lr": "nan", "note": None}, 7]
+
+
+def test_import_zico_in_a_job_is_the_job_api_and_needs_only_the_standard_library():
+    # the job's import path (workers.agent.sandbox.IMPORT_PATH): the repo root and the shim, never platform/
+    code = ("import sys, zico; import zico_job; "
+            "print(zico.log is zico_job.log, zico.__file__); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'torch', 'numpy')))")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{ROOT}:{ROOT / 'zico_job' / 'shim'}"}
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, check=True)
+    lines = out.stdout.split("\n")
+    assert lines[0] == f"True {ROOT / 'zico_job' / 'shim' / 'zico' / '__init__.py'}"
+    assert lines[1] == "[]"
+
+
+def test_output_lines_are_cut_at_the_cap_and_split_at_carriage_returns():
+    c = LineCutter(10)
+    assert c.feed(b"short\nprogress 1%\rprogress 2%\r\n") == [
+        "short", "progress 1... [1 bytes cut]", "progress 2... [1 bytes cut]"]
+    assert c.feed(b"x" * 25) == []  # nothing held beyond the cap while the line goes on
+    assert c.feed(b"yy\nend") == ["xxxxxxxxxx... [17 bytes cut]"]
+    assert c.feed(b"\xff\n") == ["end\ufffd"]
+    assert c.feed(b"tail") == [] and c.close() == ["tail"] and c.close() == []
+    assert LineCutter(4).feed(b"\r\n\n") == ["", ""]  # \r ends a line, its \n nothing more; then an empty line
+
+
+def test_exit_statuses_through_the_sandbox_read_as_signals():
+    assert describe_exit(-11) == "killed by signal SIGSEGV"
+    assert describe_exit(139) == "exited with code 139"
+    assert describe_exit(139, sandboxed=True) == "killed by signal SIGSEGV"
+    assert describe_exit(128 + 24, sandboxed=True) == "killed by signal SIGXCPU (the CPU time limit, ZICO_JOB_CPU_S reached)"
+    assert describe_exit(3, sandboxed=True) == "exited with code 3"
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("ZICO_JOB_NOFILE", "lots", "ZICO_JOB_NOFILE: expected a whole number, got 'lots'"),
+    ("ZICO_JOB_NPROC", "2", "ZICO_JOB_NPROC: expected a number >= 16"),
+    ("ZICO_JOB_UID_BASE", "4294967000", "must lie within"),
+    ("ZICO_JOB_OUTPUT_LINE_BYTES", "-5", "expected a whole number"),
+])
+def test_sandbox_knobs_are_parsed_strictly(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        AgentSettings.from_env()
+
+
+def test_sandbox_knobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ZICO_JOB_CPU_S", "3600")
+    monkeypatch.setenv("ZICO_JOB_UID_BASE", "500000")
+    monkeypatch.setenv("ZICO_JOB_UID_COUNT", "1000")
+    s = AgentSettings.from_env()
+    assert s.cpu_s == 3600 and s.job_uid(7) == 500007 and s.job_uid(1007) == 500007
+
+
+def test_without_bubblewrap_user_scripts_are_refused_and_nothing_starts(tmp_path):
+    agent = DeviceAgent("cpu", 1 << 28, 1 << 28, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
+    seen = []
+    try:
+        assert "bubblewrap was not found" in agent.user_code_refusal()
+        out = agent.run(JobRun(51, spec(code_dir=str(tmp_path), output_dir=str(tmp_path / "o"),
+                                        scratch_dir=str(tmp_path / "s")), on_message=seen.append))
+        bad = agent.run(JobRun(52, spec(argv=["python", "-c", "print(1)"])))
+    finally:
+        agent.close()
+    assert out["status"] == "failed" and out["pid"] is None
+    assert out["reason"].startswith("user scripts run only in a sandbox, and bubblewrap was not found at")
+    assert not seen and not agent.jobs() and not (tmp_path / "o").exists()
+    assert bad["status"] == "failed" and bad["reason"].startswith("argv: python option -c is not supported")
+
+
+def test_a_crash_is_placed_at_the_users_line_from_faulthandlers_stack():
+    from workers.agent.launch import crash_site
+
+    tail = ["Fatal Python error: Segmentation fault", "", "Thread 0x7f (most recent call first):",
+            '  File "/job/code/loader.py", line 40 in worker', "", "Current thread 0x7e (most recent call first):",
+            '  File "/usr/lib/python3.11/ctypes/__init__.py", line 519 in string_at',
+            '  File "/job/code/lib/ext.py", line 7 in poke', '  File "/job/code/train.py", line 13 in <module>',
+            '  File "<frozen runpy>", line 88 in _run_code']
+    assert crash_site(tail, "/job/code") == " (lib/ext.py, line 7)"
+    assert crash_site(tail[:5], "/job/code") == ""

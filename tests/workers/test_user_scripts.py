@@ -1,0 +1,269 @@
+"""Users' own, unmodified PyTorch scripts as Zico jobs: real sandboxed job processes (bwrap), the real agent
+pool, real training. The scripts (user_scripts/) know nothing of Zico, except the one that uses ``import zico``.
+Tests wait on the jobs' own messages and outcomes, not on sleeps."""
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from workers.agent import AgentSettings, DeviceAgent, JobRun
+
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+MiB = 1 << 20
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is not installed")]
+
+
+class Job:
+    """One user-script job: its spec, every message and output line it sent, its outcome."""
+
+    def __init__(self, tmp_path, job_id, argv, code=SCRIPTS, **spec):
+        self.job_id = job_id
+        self.lock = threading.Lock()
+        self.messages: list[dict] = []
+        self.times: list[float] = []  # each message's arrival (monotonic s)
+        self.stepped = threading.Event()  # its first iteration ended
+        self.lines: list[tuple[str, str]] = []
+        self.outcome: dict | None = None
+        self.spec = {"kind": "script", "code_dir": str(code), "argv": argv, "device": "cpu",
+                     "output_dir": str(tmp_path / f"out-{job_id}"), "scratch_dir": str(tmp_path / f"scratch-{job_id}"),
+                     **spec}
+
+    def run_spec(self, **extra):
+        return JobRun(self.job_id, self.spec, on_message=self._message, on_output=self._line, **extra)
+
+    def _message(self, msg):
+        with self.lock:
+            self.messages.append(msg)
+            self.times.append(time.monotonic())
+        if msg["type"] == "iteration_end":
+            self.stepped.set()
+
+    def _line(self, stream, line):
+        with self.lock:
+            self.lines.append((stream, line))
+
+    def of(self, kind):
+        with self.lock:
+            return [m for m in self.messages if m["type"] == kind]
+
+    def times_of(self, kind):
+        with self.lock:
+            return [t for t, m in zip(self.times, self.messages) if m["type"] == kind]
+
+    def stdout(self):
+        with self.lock:
+            return [line for s, line in self.lines if s == "stdout"]
+
+
+def run_together(agent, jobs, extra=None, after=None):
+    """Each job's ``agent.run`` in a thread of its own, all at once (``after``: job id -> an Event its start
+    waits for); returns when all have ended."""
+    def one(job):
+        if after and job.job_id in after:
+            assert after[job.job_id].wait(300)
+        job.outcome = agent.run(job.run_spec(**(extra or {}).get(job.job_id, {})))
+        job.outcome["returned_at"] = time.monotonic()
+
+    threads = [threading.Thread(target=one, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not any(t.is_alive() for t in threads), "a job run did not return"
+
+
+@pytest.fixture
+def agent():
+    a = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120))
+    yield a
+    a.close()
+
+
+def test_three_plain_scripts_and_one_using_zico_run_to_success_from_the_agent_pool(tmp_path, agent):
+    mlp = Job(tmp_path, 1, ["python", "mlp_adam.py", "--steps", "12"])
+    lstm = Job(tmp_path, 2, ["python3", "-u", "lstm_sgd_clip.py"])
+    lm = Job(tmp_path, 3, ["transformer_accum_bf16.py"])
+    logs = Job(tmp_path, 4, ["python", "logs_metrics.py"])
+    run_together(agent, [mlp, lstm, lm, logs])
+    stats = agent.pool.native.stats()["jobs"]
+    for job, steps, text in ((mlp, 12, "mlp: 12 steps, final loss"), (lstm, 8, "lstm: 8 steps, final loss"),
+                             (lm, 3, "transformer: 3 steps of 4 micro-batches, logits torch.bfloat16"),
+                             (logs, 5, "zico running: True job 4")):
+        out = job.outcome
+        assert out["status"] == "succeeded", (job.job_id, out["reason"])
+        # iterations counted from optimizer steps: 12 backward passes of the accumulating LM made 3
+        assert [m["iteration"] for m in job.of("iteration_end")] == list(range(steps)), job.job_id
+        assert out["metrics"]["iterations_done"] == steps
+        assert any(line.startswith(text) for line in job.stdout()), (job.job_id, job.lines)
+        # the script's tensors came from the agent's pool: chunks granted to this job, more than its inputs
+        assert stats[job.job_id]["peak_held_bytes"] >= 2 * MiB, (job.job_id, stats[job.job_id])
+        assert out["metrics"]["peak_allocated_bytes"] > 0
+        # each iteration went through the gate, and the phases were marked
+        assert len(job.of("go")) >= steps
+        assert {m["kind"] for m in job.of("mark")} == {"backward", "optimizer"}
+    assert stats[1]["peak_held_bytes"] >= 4 * MiB  # the MLP's 2 MiB input, its weights, Adam's state
+    logged = [m for m in logs.of("metric") if "loss" in m["values"]]
+    assert logged and isinstance(logged[-1]["values"]["loss"], float)
+    assert 0.0 <= logged[-1]["values"]["accuracy"] <= 1.0 and logged[-1]["values"]["note"] == "epoch-0"
+    assert [m["iterations_total"] for m in logs.of("metric") if "iterations_total" in m] == [5]
+    assert logs.outcome["metrics"]["loss"] == logged[-1]["values"]["loss"]  # the last values are in the outcome
+    assert len({j.outcome["pid"] for j in (mlp, lstm, lm, logs)}) == 4
+
+
+FAULTY = {11: ("raises.py", ["ValueError: batch 2 has the wrong shape (raises.py, line 12)"]),
+          12: ("segfaults.py", ["killed by signal SIGSEGV (segfaults.py, line 13) before reporting an outcome",
+                                "Segmentation fault"]),
+          13: ("leaks_tensors.py", ["OutOfMemoryError", "(leaks_tensors.py, line", "agent refused"]),
+          14: ("leaks_python.py", ["allocated", "bytes outside the allocator"])}
+
+
+def test_failing_scripts_end_failed_with_a_reason_and_the_neighbour_succeeds(tmp_path):
+    budget = 384 * MiB
+    agent = DeviceAgent("cpu", 1 << 30, budget, None,
+                        AgentSettings(hang_timeout_s=120, startup_timeout_s=120, bypass_margin_bytes=128 * MiB))
+    agent.pool.native.set_wait(3.0)  # the leaking job's request past the budget is refused after 3 s
+    data = tmp_path / "neighbour-data"
+    data.mkdir()
+    neighbour = Job(tmp_path, 10, ["python", "mlp_adam.py", "--until-file", "/job/data/stop"], data_dir=str(data))
+    faulty = [Job(tmp_path, j, ["python", script]) for j, (script, _) in FAULTY.items()]
+    done = threading.Event()
+    at_stop = {}
+
+    def stop_neighbour_when_the_faulty_ones_ended():  # it then ends its loop and succeeds
+        while not done.is_set():
+            if all(j.outcome is not None for j in faulty):
+                at_stop["steps"] = len(neighbour.of("iteration_end"))
+                (data / "stop").touch()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=stop_neighbour_when_the_faulty_ones_ended)
+    watcher.start()
+    try:
+        run_together(agent, [neighbour, *faulty], after={j.job_id: neighbour.stepped for j in faulty})
+        stats = agent.pool.native.stats()
+    finally:
+        done.set()
+        watcher.join()
+        agent.close()
+    assert neighbour.outcome["status"] == "succeeded", neighbour.outcome["reason"]
+    first_step = neighbour.times_of("iteration_end")[0]
+    assert at_stop["steps"] >= 1 and neighbour.outcome["metrics"]["iterations_done"] >= at_stop["steps"]
+    for job in faulty:
+        out = job.outcome
+        assert out["status"] == "failed", (job.job_id, out)
+        for text in FAULTY[job.job_id][1]:
+            assert text in out["reason"], (job.job_id, out["reason"])
+        assert first_step < out["returned_at"], f"job {job.job_id} ended before the neighbour trained: no co-run"
+        assert not stats["jobs"][job.job_id]["connected"] and stats["jobs"][job.job_id]["held_bytes"] == 0
+    assert stats["pool"]["peak_held_bytes"] <= budget + 64 * MiB  # deadlock grants aside, the budget held
+    print("\n" + "\n".join(f"{j.job_id}: {j.outcome['reason'].splitlines()[0][:160]}" for j in faulty))
+
+
+def test_the_sandbox_keeps_the_job_from_secrets_the_network_other_jobs_and_its_code(tmp_path, agent, monkeypatch):
+    secrets = {"DATABASE_URL": "postgres://zico:hunter2@127.0.0.1:5432/zico", "REDIS_URL": "redis://127.0.0.1:6379/0",
+               "DJANGO_SECRET_KEY": "s3cret", "SECRET_KEY": "s3cret"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "public.txt").write_text("a data file\n")
+    root_only = data / "settings.env"  # a root-only settings file inside a directory the job does see
+    root_only.write_text("SECRET_KEY=s3cret\n")
+    root_only.chmod(0o600)
+    host_secret = tmp_path / "worker.env"  # and one outside every directory the job is given
+    host_secret.write_text("DATABASE_URL=...\n")
+    # another job, run before: its scratch and output directories hold its files
+    other = Job(tmp_path, 21, ["python", "mlp_adam.py", "--steps", "1"])
+    run_together(agent, [other])
+    assert other.outcome["status"] == "succeeded", other.outcome["reason"]
+    (Path(other.spec["output_dir"]) / "model.pt").write_text("weights")
+    # the databases really listen on this host: from outside the sandbox these connections work
+    listening = []
+    for port in (6379, 5432):
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            listening.append(port)
+    probe = Job(tmp_path, 22, ["python", "probe_sandbox.py",
+                               "--read", "/job/data/public.txt", "/job/data/settings.env", str(host_secret),
+                               str(Path(other.spec["output_dir"]) / "model.pt"),
+                               "--list", other.spec["scratch_dir"], other.spec["output_dir"], "/job/data",
+                               "--connect", "127.0.0.1:6379", "127.0.0.1:5432", "--write", "/job/code/new.py",
+                               "/job/code/probe_sandbox.py", "/job/data/new.txt",
+                               "--env", *secrets, "ZICO_OUTPUT_DIR"], data_dir=str(data))
+    run_together(agent, [probe])
+    assert probe.outcome["status"] == "succeeded", probe.outcome["reason"]
+    got = json.loads(next(line for line in probe.stdout() if line.startswith("PROBE "))[len("PROBE "):])
+    uid = AgentSettings().job_uid(22)
+    assert (got["uid"], got["gid"], got["groups"]) == (uid, uid, [])  # not root, no supplementary groups
+    assert got["CapEff"] == got["CapBnd"] == "0000000000000000" and got["NoNewPrivs"] == "1"
+    assert got["read"]["/job/data/public.txt"] == "ok"  # the probe itself works
+    assert got["read"]["/job/data/settings.env"] == "PermissionError errno=13"  # root-only: not for the job's uid
+    assert got["read"][str(host_secret)] == "FileNotFoundError errno=2"  # not mounted at all
+    assert got["read"][str(Path(other.spec["output_dir"]) / "model.pt")] == "FileNotFoundError errno=2"
+    assert got["list"][other.spec["scratch_dir"]] == got["list"][other.spec["output_dir"]] == "FileNotFoundError errno=2"
+    assert got["connect"] == {"127.0.0.1:6379": "ConnectionRefusedError errno=111",
+                              "127.0.0.1:5432": "ConnectionRefusedError errno=111"} and listening == [6379, 5432]
+    assert got["write"] == {"/job/code/new.py": "OSError errno=30", "/job/code/probe_sandbox.py": "OSError errno=30",
+                            "/job/data/new.txt": "OSError errno=30"}  # EROFS: the code and data are read-only
+    assert got["env"] == {**{name: False for name in secrets}, "ZICO_OUTPUT_DIR": True}
+    assert got["proc1_environ"] == "PermissionError errno=13"  # bwrap's own process is not the job's to read
+    assert len(got["processes"]) <= 3  # its own PID namespace: bwrap's init, the job (and nothing of the host)
+    assert got["output_writable"] == got["scratch_writable"] == got["tmp_writable"] == "ok"
+    assert (Path(probe.spec["output_dir"]) / "result.txt").stat().st_uid == uid
+    assert not (SCRIPTS / "new.py").exists()
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["nosuchcmd", "--epochs", "2"], "command not found: nosuchcmd"),
+    (["bash", "run.sh"], "bash (/usr/bin/bash) is not a Python command"),
+    (["python", "trian.py"], "can't open file 'trian.py': no such file in the job's code directory"),
+])
+def test_a_command_that_cannot_run_fails_with_what_is_wrong(tmp_path, agent, argv, reason):
+    job = Job(tmp_path, 31, argv)
+    run_together(agent, [job])
+    assert job.outcome["status"] == "failed" and job.outcome["reason"].startswith(reason), job.outcome
+    assert any(reason in line for s, line in job.lines if s == "stderr")  # the user sees it in the output too
+
+
+def test_a_cancelled_script_stops_at_once_through_the_sandbox(tmp_path):
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(stop_grace_s=60))
+    job = Job(tmp_path, 41, ["python", "forever.py"])
+    try:
+        run_together(agent, [job], extra={41: {"stop_check": lambda: "cancelled" if job.of("iteration_end") else None}})
+    finally:
+        agent.close()
+    # SIGTERM reached the job's own process (not bwrap, which would have taken the sandbox down at once):
+    # the script was stopped at its next step and reported it; no SIGKILL after the grace period
+    assert job.outcome["status"] == "cancelled" and job.outcome["reason"] == "cancelled on request", job.outcome
+    assert job.of("done") and job.of("done")[0]["status"] == "cancelled"
+
+
+@pytest.mark.gpu
+def test_a_cuda_script_runs_in_the_sandbox_on_its_one_gpu(tmp_path):
+    agent = DeviceAgent("cuda:0", None, 8 << 30, None, AgentSettings(hang_timeout_s=300, startup_timeout_s=300))
+    job = Job(tmp_path, 61, ["python", "cuda_mlp.py"], device="cuda:0")
+    try:
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    assert job.outcome["status"] == "succeeded", job.outcome["reason"]
+    assert [m["iteration"] for m in job.of("iteration_end")] == list(range(10))
+    assert any(line.startswith("cuda: 1 GPU visible") for line in job.stdout()), job.lines
+    assert job.outcome["metrics"]["peak_allocated_bytes"] > 64 * MiB  # the job's pool (bounded by the budget)
+
+
+@pytest.mark.parametrize("code, status, reason", [("0", "succeeded", ""), ("3", "failed", "the script exited with code 3"),
+                                                  ("out of data", "failed", "the script exited: out of data")])
+def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_files(tmp_path, agent, code, status,
+                                                                                    reason):
+    job = Job(tmp_path, 71, ["python", "exits.py", code])
+    run_together(agent, [job])
+    assert (job.outcome["status"], job.outcome["reason"]) == (status, reason)
+    out = Path(job.spec["output_dir"])
+    assert (out / "thread.txt").read_text() == "joined" and (out / "atexit.txt").read_text() == "ran"
+    assert (out / "unclosed.txt").read_text() == "flushed at exit"

@@ -1,0 +1,284 @@
+"""The user-script job process: a user's own, unmodified PyTorch training script run as one Zico job.
+
+    python -m workers.scriptproc --spec-file /zico/spec.json     (inside its sandbox, workers.agent.sandbox)
+
+The spec is :mod:`zico_contracts.userjob`'s, with in-sandbox paths. In order:
+
+1. die with the sandbox, open the control socket, install the allocator client before torch allocates
+   anything (the agent's pool, CPU shim scope "all": every thread's CPU tensors, the script's own threads
+   too, come from the pool; the script's main thread is bound to the job), send ``hello``;
+2. hook torch (:class:`workers.stepclock.StepClock`, Note [Iterations of an unmodified script]), attach the
+   ``zico`` API's sink (:mod:`zico_job`), start the stats thread (``stats`` at 5 Hz, ``metric`` at most once
+   a second when something changed), send ``ready``;
+3. run the command in this process (Note [The script runs in this process]);
+4. ``done``: ``succeeded`` when the script returned or called ``sys.exit(0)``; ``failed`` with the exception
+   (``Type: message (train.py, line 12)``, and the allocator's out-of-memory report) or the exit code;
+   ``cancelled`` / ``aborted`` when the agent stopped it (SIGTERM or a ``stop`` at an iteration start).
+
+Note [The script runs in this process]
+    The command (``python train.py ...``, ``python -m pkg.train ...``: :func:`zico_contracts.userjob.parse_command`)
+    is not exec'd: this process runs the script with ``runpy`` (``sys.argv`` set, ``sys.path[0]`` the
+    script's directory as ``python`` would have it, the code directory as the current one), so one process
+    holds the allocator client and the control socket, installed before the script's first tensor, and the
+    outcome comes from the script's own frame (its exception and line, its ``SystemExit`` code). A
+    ``sitecustomize`` module on the job's path, run by whatever ``python`` the command execs, was the other
+    way: it would run in every interpreter the command starts (a shell script calling python twice, a spawned
+    worker), each claiming the same two sockets, and the outcome would have to be pieced together from an
+    ``atexit`` hook and the exit status. The cost: only Python commands run (a first word that is neither
+    ``python`` nor a ``.py`` file fails, as ``command not found`` when the sandbox has no such program),
+    and the few ``python`` options that mean something in a job are accepted (``-u``, ``-B``, ``-m``).
+    After the script, its non-daemon threads are joined and its ``atexit`` functions run, as at a normal
+    interpreter exit; then ``done`` and ``os._exit`` (no teardown of torch and the allocator).
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import faulthandler
+import gc
+import json
+import os
+import runpy
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from zico_contracts import userjob
+
+from . import jobproc
+from .stepclock import JobStopped, StepClock
+
+STATS_INTERVAL_S = 0.2
+METRIC_EVERY_S = 1.0
+MAX_METRIC_KEYS = 200
+
+
+class MetricSink:
+    """Where ``zico.log`` and ``zico.set_iterations_total`` go: ``metric`` messages, the latest values at most
+    once a second (the stats thread sends what waits), each with ``iterations_done``."""
+
+    def __init__(self, control: jobproc.Control, clock: StepClock):
+        self.control, self.clock = control, clock
+        self.latest: dict[str, Any] = {}
+        self._pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._last_sent = 0.0
+        self._sent_steps = 0
+        self._warned = False
+
+    def log(self, values: dict[str, Any]) -> None:
+        with self.clock.working():
+            self._log(values)
+
+    def _log(self, values: dict[str, Any]) -> None:
+        with self._lock:
+            for key, value in values.items():
+                if key not in self.latest and len(self.latest) >= MAX_METRIC_KEYS:
+                    if not self._warned:
+                        self._warned = True
+                        print(f"zico.log: more than {MAX_METRIC_KEYS} names; {key!r} and later new ones are dropped",
+                              file=sys.stderr)
+                    continue
+                self.latest[key] = self._pending[key] = value if not isinstance(value, str) else value[:1000]
+        if time.monotonic() - self._last_sent >= METRIC_EVERY_S:
+            self.flush()
+
+    def set_iterations_total(self, total: int) -> None:
+        with self.clock.working():
+            self.clock.total = total
+            self.control.send("metric", values={"iterations_done": self.clock.steps}, iterations_total=total)
+
+    def flush(self) -> None:
+        """Send what changed since the last ``metric`` (new values, iterations done); nothing otherwise, so a
+        hung script sends nothing and the agent's hang watchdog sees it."""
+        with self._lock:
+            steps = self.clock.steps
+            if not self._pending and steps == self._sent_steps:
+                return
+            values, self._pending = {**self._pending, "iterations_done": steps}, {}
+            self._sent_steps, self._last_sent = steps, time.monotonic()
+        self.control.send("metric", values=values)
+
+
+def _stats_loop(control, clock: StepClock, sink: MetricSink, za, adev, stop: threading.Event) -> None:
+    next_metric = time.monotonic() + METRIC_EVERY_S
+    while not stop.wait(STATS_INTERVAL_S):
+        try:
+            st = za.memory_stats(device=adev)  # the whole process's pool: it is all this job's
+            control.send("stats", allocated=int(st.get("allocated_bytes.all.current", 0)),
+                         reserved=int(st.get("reserved_bytes.all.current", 0)),
+                         peak_allocated=int(st.get("allocated_bytes.all.peak", 0)),
+                         peak_reserved=int(st.get("reserved_bytes.all.peak", 0)),
+                         iteration=clock.iteration, phase=clock.phase_name)
+            if time.monotonic() >= next_metric:
+                next_metric = time.monotonic() + METRIC_EVERY_S
+                sink.flush()
+        except OSError:
+            return
+        except Exception:  # stats are best effort; the script goes on
+            continue
+
+
+def where(exc: BaseException, code_dir: str) -> str:
+    """`` (train.py, line 12)``: the innermost frame of the traceback inside the user's code, or ``""``."""
+    found = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith(code_dir + os.sep):
+            found = f" ({os.path.relpath(frame.filename, code_dir)}, line {frame.lineno})"
+    return found
+
+
+def command_problem(spec: dict[str, Any]) -> str | None:
+    """Why the spec's command cannot start (checked before torch loads, so it fails in a moment), or None."""
+    try:
+        cmd = userjob.parse_command(spec["argv"])
+    except userjob.CommandError as exc:
+        return str(exc)
+    if cmd.kind == "program":
+        found = shutil.which(cmd.target)
+        if found is None:
+            return f"command not found: {cmd.target} ({userjob.RUNNABLE})"
+        return f"{cmd.target} ({found}) is not a Python command: {userjob.RUNNABLE}"
+    if cmd.kind == "script" and not os.path.isfile(os.path.join(spec["code_dir"], cmd.target)):
+        return f"can't open file {cmd.target!r}: no such file in the job's code directory"
+    return None
+
+
+def run_command(spec: dict[str, Any]) -> None:
+    """Run the spec's command in this process (Note [The script runs in this process]); returns when the
+    script returned, raises what it raised. The command passed :func:`command_problem`."""
+    cmd = userjob.parse_command(spec["argv"])
+    code_dir = spec["code_dir"]
+    os.chdir(code_dir)
+    rest = [p for p in sys.path[1:] if p not in ("", os.getcwd())]
+    if cmd.kind == "module":
+        sys.argv = [cmd.target, *cmd.args]  # runpy puts the module's file there
+        sys.path[:] = [code_dir, *rest]
+        runpy.run_module(cmd.target, run_name="__main__", alter_sys=True)
+        return
+    path = os.path.join(code_dir, cmd.target)
+    sys.argv = [cmd.target, *cmd.args]
+    sys.path[:] = [os.path.dirname(os.path.abspath(path)), *rest]
+    runpy.run_path(path, run_name="__main__")
+
+
+def _finish_like_python() -> None:
+    """What an interpreter does at a normal exit, short of its teardown: join the script's non-daemon threads,
+    run its atexit functions, let its open files flush."""
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def outcome(exc: BaseException | None, spec: dict[str, Any]) -> dict[str, Any]:
+    """``done``'s status and reason for how the script ended (``exc`` None: it returned)."""
+    if exc is None:
+        return {"status": "succeeded"}
+    if isinstance(exc, JobStopped):
+        return {"status": exc.status, "reason": "cancelled on request" if exc.status == "cancelled" else "aborted"}
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None or code == 0:
+            return {"status": "succeeded"}
+        if isinstance(code, int):
+            return {"status": "failed", "reason": f"the script exited with code {code}"}
+        print(code, file=sys.stderr)
+        return {"status": "failed", "reason": f"the script exited: {str(code)[:1000]}"}
+    traceback.print_exception(exc)
+    reason = f"{type(exc).__name__}: {exc}"[:1500] + where(exc, spec["code_dir"])
+    oom = jobproc._last_oom(spec)
+    return {"status": "failed", "reason": reason + (f" (allocator: {oom})" if oom else "")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0 after ``done`` was sent (whatever the script's outcome), 2 for a bad spec."""
+    ap = argparse.ArgumentParser(prog="python -m workers.scriptproc", description="One Zico user-script job.")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--spec-file", help="the job's spec as a JSON file (written into the sandbox by the agent)")
+    src.add_argument("--spec", help="the job's spec as JSON")
+    a = ap.parse_args(argv)
+    jobproc._die_with_parent(orphan_check=False)  # the parent is the sandbox's PID 1
+    faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
+    try:
+        spec = json.loads(open(a.spec_file).read() if a.spec_file else a.spec)
+    except (OSError, ValueError) as exc:
+        print(f"scriptproc: unreadable spec: {exc}", file=sys.stderr)
+        return 2
+    job_id = spec["job"]
+    os.environ.update(spec.get("env") or {})  # before torch loads: OMP_NUM_THREADS and the like count there
+    control = jobproc.Control(int(os.environ[jobproc.proto.CONTROL_FD_ENV]))
+    problem = command_problem(spec)
+    if problem:
+        print(f"zico: {problem}", file=sys.stderr)
+        return _send_done(control, {"status": "failed", "reason": problem, "metrics": {}})
+    za, adev = jobproc._install_allocator(spec, scope="all")
+    control.send("hello", version=jobproc.proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
+    clock = StepClock(control, job_id, za, spec.get("iterations"))
+    clock.install()
+    sink = MetricSink(control, clock)
+    import zico_job
+
+    zico_job._attach(sink)
+
+    def on_sigterm(*_):
+        control.request_stop("cancelled")
+        if not clock.busy and clock.stopped is None:  # in a hook, the gate wait wakes and raises instead
+            clock.stopped = control.stop_status or "cancelled"
+            raise JobStopped(clock.stopped)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    stop = threading.Event()
+    threading.Thread(target=_stats_loop, args=(control, clock, sink, za, adev, stop), name="zico-stats",
+                     daemon=True).start()
+    control.send("ready", resumed_from=0, iterations=spec.get("iterations") or 0)
+    t0 = time.monotonic()
+    error: BaseException | None = None
+    try:
+        with za.bind(job_id):
+            run_command(spec)
+    except BaseException as exc:  # everything the script can end with, SystemExit and JobStopped included
+        error = exc
+    # From here a SIGTERM only records the stop: a job whose script lingers in its threads or atexit
+    # functions is killed after the grace period, and nothing of Zico's own ending is cut short.
+    signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
+    done = outcome(error, spec)  # prints the traceback, as python would
+    stopped = isinstance(error, JobStopped)
+    error = None  # the traceback's frames go, and with them the script's objects (its open files flush)
+    if not stopped:
+        with za.bind(job_id):
+            _finish_like_python()
+    stop.set()
+    sink.flush()
+    run_s = time.monotonic() - t0
+    train_s = (clock.last_end - clock.first_begin) if clock.first_begin and clock.last_end else 0.0
+    st = za.memory_stats(device=adev)
+    metrics = {**sink.latest, "iterations_done": clock.steps, "run_s": round(run_s, 3), "train_s": round(train_s, 3),
+               "iterations_per_s": round(clock.steps / train_s, 4) if train_s > 0 else None,
+               "gate_delay_s": round(clock.delay_s, 4), "gate_waits": clock.delays,
+               "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
+               "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
+    return _send_done(control, {**done, "metrics": jobproc._plain(metrics)})
+
+
+def _send_done(control: jobproc.Control, done: dict[str, Any]) -> int:
+    control.send("done", **done)
+    control.sock.shutdown(socket.SHUT_WR)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Zico's job-side API for a user's own training script; inside a Zico job ``import zico`` is this package.
+
+    import zico
+    zico.set_iterations_total(1000)          # optional: how many optimizer steps the run will take
+    for step in range(1000):
+        ...
+        zico.log(loss=loss, accuracy=acc)    # numbers, strings, None, or 0-d tensors / numpy scalars
+
+Nothing here is needed: an unmodified script runs as a job, its iterations counted from its optimizer steps.
+Outside a Zico job every call does nothing (the script runs the same on a laptop). The standard library only:
+the job process (``workers.scriptproc``) attaches the sink that carries the values to the device agent as the
+protocol's ``metric`` message (``zico_contracts.agent``), at most once a second with the latest values.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Protocol
+
+__all__ = ["log", "set_iterations_total", "running", "job_id", "output_dir", "data_dir", "scratch_dir"]
+
+
+class _Sink(Protocol):
+    def log(self, values: dict[str, Any]) -> None: ...
+
+    def set_iterations_total(self, total: int) -> None: ...
+
+
+_sink: _Sink | None = None
+
+
+def _attach(sink: _Sink | None) -> None:
+    """Called by the job process before the script runs (None detaches)."""
+    global _sink
+    _sink = sink
+
+
+def _plain(name: str, value: Any) -> float | int | str | bool | None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if not isinstance(value, float) and callable(getattr(value, "item", None)):
+        value = value.item()  # a 0-d torch tensor or a numpy scalar
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # nan / inf travel as text
+    raise TypeError(f"zico.log: {name}={value!r:.60} is not a number, string, None or a one-element tensor")
+
+
+def log(**values: Any) -> None:
+    """Report training figures (``loss=0.31, accuracy=0.9``); they appear with the job's progress and final
+    metrics. Raises TypeError naming a value that is not a number, string, None, bool or one-element tensor."""
+    plain = {name: _plain(name, v) for name, v in values.items()}
+    if _sink is not None and plain:
+        _sink.log(plain)
+
+
+def set_iterations_total(total: int) -> None:
+    """How many iterations (optimizer steps) the whole run takes, for the job's progress. Raises ValueError
+    for anything but an integer >= 0."""
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise ValueError(f"zico.set_iterations_total: expected an integer >= 0, got {total!r}")
+    if _sink is not None:
+        _sink.set_iterations_total(total)
+
+
+def running() -> bool:
+    """True inside a Zico job process."""
+    return _sink is not None
+
+
+def job_id() -> int | None:
+    """The Zico job id, or None outside a job."""
+    raw = os.environ.get("ZICO_JOB_ID")
+    return int(raw) if raw and raw.isdigit() else None
+
+
+def output_dir() -> str:
+    """Where the job writes what it keeps (checkpoints, results): ``$ZICO_OUTPUT_DIR``, else the current
+    directory outside a job."""
+    return os.environ.get("ZICO_OUTPUT_DIR", os.getcwd())
+
+
+def data_dir() -> str | None:
+    """The job's read-only data directory (``$ZICO_DATA_DIR``), or None when it has none."""
+    return os.environ.get("ZICO_DATA_DIR")
+
+
+def scratch_dir() -> str:
+    """The job's private writable scratch space (``$ZICO_SCRATCH_DIR``), else the system's temp directory."""
+    import tempfile
+
+    return os.environ.get("ZICO_SCRATCH_DIR", tempfile.gettempdir())
