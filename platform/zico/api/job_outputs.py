@@ -5,6 +5,8 @@ always ``application/octet-stream`` as an attachment: the bytes are the job's, n
 """
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import redis
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
@@ -58,7 +60,7 @@ class JobFileSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_url(self, f) -> str:
-        return f"/api/jobs/{f.job_id}/files/{f.path}"
+        return f"/api/jobs/{f.job_id}/files/{quote(f.path)}"
 
 
 def log_page(request, job: Job) -> dict:
