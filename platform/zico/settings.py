@@ -149,6 +149,10 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# The worker-facing API (job code, output files) is reached by device workers at ZICO_WORKER_API_URL, inside
+# the deployment's network, often over plain http: it is not redirected to https (its requests carry a
+# short-lived job token, zico/api/worker.py).
+SECURE_REDIRECT_EXEMPT = [r"^api/worker/"]
 
 # --- REST API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
