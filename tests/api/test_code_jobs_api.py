@@ -111,3 +111,15 @@ def test_a_catalog_jobs_run_spec_has_no_code_fields(personas, devices):
     job = submit_job(tenant=personas.tenant, owner=personas.teammate, workload="digits-cnn")
     run = Placement.objects.create(device=devices[0], plan={}).run_spec(job, curve={})
     assert CodeSpec.from_spec(run) is None and "job_token" not in run and "code_url" not in job.profile_spec()
+
+
+def test_an_archive_in_use_cannot_be_deleted_alone_but_its_tenant_can(personas, client_for, code_id):
+    from django.db.models import RestrictedError
+
+    from zico.jobs.models import CodeArchive
+
+    client_for(personas.teammate).post("/api/jobs/", spec(code_id), format="json")
+    with pytest.raises(RestrictedError):
+        CodeArchive.objects.get(pk=code_id).delete()
+    personas.tenant.delete()
+    assert not CodeArchive.objects.filter(pk=code_id).exists() and not Job.objects.exists()

@@ -51,7 +51,7 @@ class Job(models.Model):
     workload = models.CharField(max_length=64, blank=True, help_text="key in workers.workloads.catalog; "
                                                                     "empty for a job with code")
     params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    code = models.ForeignKey("jobs.CodeArchive", on_delete=models.PROTECT, null=True, blank=True,
+    code = models.ForeignKey("jobs.CodeArchive", on_delete=models.RESTRICT, null=True, blank=True,
                              related_name="jobs", help_text="the project a command job runs in")
     command = models.JSONField(default=list, blank=True, help_text="argv run in the project (code jobs)")
     env = models.JSONField(default=dict, blank=True, help_text="NAME -> value for the command (code jobs)")

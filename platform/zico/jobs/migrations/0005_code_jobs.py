@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='code',
-            field=models.ForeignKey(blank=True, help_text='the project a command job runs in', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='jobs.codearchive'),
+            field=models.ForeignKey(blank=True, help_text='the project a command job runs in', null=True, on_delete=django.db.models.deletion.RESTRICT, related_name='jobs', to='jobs.codearchive'),
         ),
         migrations.AddConstraint(
             model_name='job',
