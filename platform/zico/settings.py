@@ -149,6 +149,10 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# The worker-facing API (job code, output files) is reached by device workers at ZICO_WORKER_API_URL, inside
+# the deployment's network, often over plain http: it is not redirected to https (its requests carry a
+# short-lived job token, zico/api/worker.py).
+SECURE_REDIRECT_EXEMPT = [r"^api/worker/"]
 
 # --- REST API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -222,6 +226,31 @@ ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
 # Seconds a profiling run may take (float): the worker stops it at the first iteration boundary past it
 # and the job fails with that reason; the control consumer fails a job still profiling at twice this.
 ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
+
+# --- Code jobs: archives, outputs, logs, the worker-facing API (zico/jobs/code.py, docs/cli.md) ---------
+# Uploaded code archives, content-addressed (<sha256>.tar.gz | .zip); limits: Note [Code archive limits]
+# in zico_contracts/codearchive.py, sent to the worker in each run spec.
+ZICO_CODE_DIR = Path(env.str("ZICO_CODE_DIR", default=str(VAR_DIR / "code")))
+ZICO_CODE_MAX_BYTES = _positive("ZICO_CODE_MAX_BYTES", 64 << 20)                # one archive, bytes
+ZICO_CODE_MAX_UNPACKED_BYTES = _positive("ZICO_CODE_MAX_UNPACKED_BYTES", 512 << 20)  # its files together
+ZICO_CODE_MAX_FILES = _positive("ZICO_CODE_MAX_FILES", 10_000)                  # members of any kind
+ZICO_CODE_MAX_RATIO = _positive("ZICO_CODE_MAX_RATIO", 200.0, float)            # unpacked / archive bytes
+# Jobs' output files (<job id>/files/<path>) and stored logs (<job id>/log.jsonl).
+ZICO_JOB_FILES_DIR = Path(env.str("ZICO_JOB_FILES_DIR", default=str(VAR_DIR / "jobfiles")))
+ZICO_OUTPUT_MAX_FILES = _positive("ZICO_OUTPUT_MAX_FILES", 1000)               # output files per job
+ZICO_OUTPUT_MAX_BYTES = _positive("ZICO_OUTPUT_MAX_BYTES", 1 << 30)            # output bytes per job
+ZICO_OUTPUT_MAX_FILE_BYTES = _positive("ZICO_OUTPUT_MAX_FILE_BYTES", 256 << 20)  # one output file
+ZICO_LOG_MAX_BYTES = _positive("ZICO_LOG_MAX_BYTES", 8 << 20)                  # a job's stored log (its tail)
+# The web side's base URL as the device workers reach it (code download, output upload); no trailing slash.
+ZICO_WORKER_API_URL = env.str("ZICO_WORKER_API_URL", default="http://127.0.0.1:8000").rstrip("/")
+if not ZICO_WORKER_API_URL.startswith(("http://", "https://")):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"ZICO_WORKER_API_URL={ZICO_WORKER_API_URL!r}: expected an http(s) URL")
+# Seconds a job token (the worker's credential for one job) is valid from when its run spec was built;
+# it is refused anyway once the job has ended more than ZICO_WORKER_UPLOAD_GRACE_S seconds ago.
+ZICO_WORKER_TOKEN_TTL_S = _positive("ZICO_WORKER_TOKEN_TTL_S", 3 * 24 * 3600)
+ZICO_WORKER_UPLOAD_GRACE_S = _positive("ZICO_WORKER_UPLOAD_GRACE_S", 600)
 
 # --- Scheduler (zico/scheduling/service.py) -----------------------------------------------
 # Bound on every co-located job's predicted slowdown (co-located iteration time over solo) that the

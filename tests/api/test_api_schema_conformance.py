@@ -7,14 +7,20 @@ but not to the schema fails here, as does a list documented as an object. Every 
 exercised, so a new endpoint cannot slip past.
 """
 import copy
+import io
 import re
 
 import jsonschema
 import pytest
+import redis
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from placement.curves import triangular_curve
 from zico.cluster.models import Placement
+from zico.jobs.code import issue_job_token
+from zico.jobs.testing import project
+from zico_contracts import joblog
 from zico.jobs.models import Job, MemoryProfile
 from zico.tenants.models import ApiToken
 
@@ -63,6 +69,11 @@ def check(schema, response, method: str, url: str, seen: set):
     if response.status_code == 204 or content is None:
         assert not response.content, f"{method.upper()} {template} {status}: a body where none is documented"
         return
+    kind = response["Content-Type"].split(";")[0]
+    assert kind in content, f"{method.upper()} {template} {status}: {kind} is not documented ({sorted(content)})"
+    if kind != "application/json":  # a file's bytes (format: binary)
+        assert content[kind]["schema"] == {"type": "string", "format": "binary"}
+        return None
     body = response.json()
     resolver_doc = {"components": schema["components"], **content["application/json"]["schema"]}
     jsonschema.validate(body, resolver_doc, cls=jsonschema.Draft7Validator)
@@ -72,8 +83,8 @@ def check(schema, response, method: str, url: str, seen: set):
 @pytest.fixture
 def call(schema):
     """call(client, method, url, data=None) -> the response, checked; ``call.seen``: (path, method) done."""
-    def do(client, method, url, data=None):
-        response = getattr(client, method)(url, data, format="json") if data is not None else \
+    def do(client, method, url, data=None, fmt="json"):
+        response = getattr(client, method)(url, data, format=fmt) if data is not None else \
             getattr(client, method)(url)
         check(schema, response, method, url, do.seen)
         return response
@@ -99,6 +110,12 @@ def rates():
         client.delete(key)
 
 
+def _file(data: bytes):
+    f = io.BytesIO(data)
+    f.name = "upload.bin"
+    return f
+
+
 def _bearer(user) -> APIClient:
     _, raw = ApiToken.issue(user, "schema test")
     c = APIClient()
@@ -106,7 +123,8 @@ def _bearer(user) -> APIClient:
     return c
 
 
-def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, schema, rates):
+def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, schema, rates, tmp_path, settings):
+    settings.ZICO_CODE_DIR, settings.ZICO_JOB_FILES_DIR = tmp_path / "code", tmp_path / "jobfiles"
     small, _ = devices
     owner, teammate, outsider, staff = (_bearer(getattr(personas, p)) for p in
                                         ("owner", "teammate", "outsider", "staff"))
@@ -148,6 +166,36 @@ def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, sc
     assert call(_bearer(personas.viewer), "post", f"/api/jobs/{job.pk}/cancel/").status_code == 403
     assert call(teammate, "post", f"/api/jobs/{job.pk}/cancel/").status_code == 200
     assert call(teammate, "post", f"/api/jobs/{job.pk}/cancel/").status_code == 409
+    # code jobs: upload, submit, logs, files (members), code and output upload (the worker, with the job token)
+    assert call(teammate, "post", "/api/code/", {"archive": _file(project()), "tenant": "acme"}, "multipart"
+                ).status_code == 201
+    created = call(teammate, "post", "/api/code/", {"archive": _file(project())}, "multipart")
+    assert created.status_code == 200
+    code_id = created.json()["id"]
+    call(teammate, "post", "/api/code/", {"archive": _file(b"not an archive")}, "multipart")
+    with override_settings(ZICO_CODE_MAX_BYTES=100):
+        assert call(teammate, "post", "/api/code/", {"archive": _file(project())}, "multipart").status_code == 413
+    call(teammate, "get", "/api/code/")
+    call(teammate, "get", f"/api/code/{code_id}/")
+    call(outsider, "get", f"/api/code/{code_id}/")
+    code_job = call(teammate, "post", "/api/jobs/", {"code": code_id, "command": ["python", "train.py"]}).json()
+    call(teammate, "post", "/api/jobs/", {"code": code_id, "command": []})
+    joblog.append(redis.Redis.from_url(settings.REDIS_URL), code_job["id"], [joblog.entry("hello")])
+    assert call(teammate, "get", f"/api/jobs/{code_job['id']}/logs/").json()["lines"][0]["line"] == "hello"
+    call(teammate, "get", f"/api/jobs/{code_job['id']}/logs/?after=x")
+    worker, auth = APIClient(), f"JobToken {issue_job_token(code_job['id'])}"
+    worker.credentials(HTTP_AUTHORIZATION=auth)
+    assert call(worker, "get", f"/api/worker/jobs/{code_job['id']}/code").status_code == 200
+    call(worker, "get", f"/api/worker/jobs/{job.pk}/code")  # 403: another job's
+    call(anonymous, "get", f"/api/worker/jobs/{code_job['id']}/code")
+    upload = f"/api/worker/jobs/{code_job['id']}/files/"
+    assert call(worker, "post", upload, {"path": "out.txt", "file": _file(b"42")}, "multipart").status_code == 201
+    call(worker, "post", upload, {"path": "../out.txt", "file": _file(b"42")}, "multipart")
+    with override_settings(ZICO_OUTPUT_MAX_FILE_BYTES=1):
+        assert call(worker, "post", upload, {"path": "big.txt", "file": _file(b"42")}, "multipart").status_code == 413
+    assert call(teammate, "get", f"/api/jobs/{code_job['id']}/files/").json()[0]["path"] == "out.txt"
+    assert b"".join(call(teammate, "get", f"/api/jobs/{code_job['id']}/files/out.txt").streaming_content) == b"42"
+    call(outsider, "get", f"/api/jobs/{code_job['id']}/files/out.txt")
     # tenants, members, events
     call(owner, "get", "/api/tenants/")
     call(owner, "get", "/api/tenants/acme/")

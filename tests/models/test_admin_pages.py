@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from placement.curves import triangular_curve
 from zico.cluster.models import Device, Placement
-from zico.jobs.models import Event, Job, MemoryProfile
+from zico.jobs.models import CodeArchive, Event, Job, JobFile, JobLog, MemoryProfile
 from zico.tenants.models import ApiToken
 
 ZICO_APPS = ("tenants", "cluster", "jobs")
@@ -21,6 +21,11 @@ def admin_client(personas, gpu):
     Placement.objects.create(device=gpu).jobs.add(job)
     ApiToken.issue(personas.owner, "laptop")
     job.transition("cancelled", reason="test")
+    archive = CodeArchive.objects.create(tenant=personas.tenant, sha256="a" * 64, format="tar.gz", size_bytes=10,
+                                         files=1, unpacked_bytes=5)
+    code_job = Job.objects.create(tenant=personas.tenant, owner=personas.owner, code=archive, command=["true"])
+    JobFile.objects.create(job=code_job, path="out.txt", size_bytes=1, sha256="b" * 64)
+    JobLog.objects.create(job=code_job, lines=0, size_bytes=0)
     root = get_user_model().objects.create_superuser("root", "root@example.test", "pw")
     c = Client()
     c.force_login(root)
@@ -34,7 +39,7 @@ def zico_models():
 def test_every_zico_model_is_registered():
     names = {m.__name__ for m in zico_models()}
     assert names == {"Tenant", "Membership", "ApiToken", "Node", "Device", "Placement", "Job", "MemoryProfile",
-                     "Event"}
+                     "Event", "CodeArchive", "JobFile", "JobLog"}
 
 
 @pytest.mark.parametrize("model", zico_models(), ids=lambda m: m.__name__)

@@ -42,14 +42,16 @@ def _fields(serializer_class) -> dict:
 def _plan(serializer_class) -> tuple[tuple[str, object], ...] | None:
     """[(JSON key, serializer field)] of ``serializer_class``; None when some declared field has no
     fast-path reader (Note [Job list fast path])."""
-    columns = {f.name for f in Job._meta.concrete_fields}
+    columns = {f.name for f in Job._meta.concrete_fields} | {f.attname for f in Job._meta.concrete_fields}
     out = []
     for name, field in _fields(serializer_class).items():
         if name in ("tenant", "owner"):
             if not isinstance(field, serializers.SlugRelatedField) or field.source != name:
                 return None
-        elif name not in SPECIAL and not (field.source == name and name in columns and not isinstance(
-                field, (serializers.SerializerMethodField, serializers.RelatedField, serializers.BaseSerializer))):
+        elif name not in SPECIAL and not (field.source in (name, f"{name}_id") and field.source in columns
+                                          and not isinstance(field, (serializers.SerializerMethodField,
+                                                                     serializers.RelatedField,
+                                                                     serializers.BaseSerializer))):
             return None
         out.append((name, field))
     return tuple(out)
@@ -90,8 +92,8 @@ def _page_sql(serializer_class, profile_serializer_class) -> tuple[str, tuple, t
             model_field = None
         elif key == "profile":
             continue
-        else:
-            model_field = job.get_field(key)
+        else:  # a column, by its name or (a foreign key's id, e.g. ``code`` from ``code_id``) its attname
+            model_field = next(f for f in job.concrete_fields if field.source in (f.name, f.attname))
             cols.append(f"j.{_q(model_field.column)}")
         # the slug, the username and the device id are already their JSON: no serializer field to apply
         job_cols.append((key, len(cols) - 1, model_field, None if key in SPECIAL else field))

@@ -9,7 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from zico.cluster.models import Placement
-from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, Job, MemoryProfile
+from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, CodeArchive, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
 from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant, count_job_submission
@@ -18,6 +18,7 @@ from zico.tenants.models import Role, Tenant
 from .access import field_error, require_role
 from .conditional import with_etag
 from .fields import StrictIntegerField
+from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
 from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
@@ -44,6 +45,17 @@ class ProfileSerializer(ProfileSummarySerializer):
         read_only_fields = fields
 
 
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class ArgvJSONField(serializers.JSONField):
+    """A command (argv) documented as a list of strings; its rules are zico_contracts.codejob's, checked by
+    submit_job so that a bad item is named (``command[2]``)."""
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class EnvJSONField(serializers.JSONField):
+    """An environment (NAME -> value) documented as an object of strings (Note [Job environment rule])."""
+
+
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
@@ -51,10 +63,17 @@ class JobSerializer(serializers.ModelSerializer):
     profile = serializers.SerializerMethodField(help_text="the latest memory profile's headline figures")
     params = serializers.DictField(read_only=True, help_text="the workload's params, defaults filled in")
     metrics = serializers.DictField(read_only=True, help_text="iterations_per_s, peak_bytes, delay_s, slowdown, ...")
+    code = serializers.IntegerField(source="code_id", read_only=True, allow_null=True,
+                                    help_text="id of the code archive a command job runs in (null: a catalog job)")
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True), read_only=True,
+                                    help_text="argv of a job with code ([] for a catalog job)")
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True), read_only=True,
+                                help_text="environment of a job with code")
 
     class Meta:
         model = Job
-        fields = ["id", "tenant", "owner", "name", "workload", "params", "budget_bytes", "priority", "status",
+        fields = ["id", "tenant", "owner", "name", "workload", "params", "code", "command", "env",
+                  "budget_bytes", "priority", "status",
                   "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
                   "waiting_reason", "waiting_kind", "waiting_since",
                   "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations", "device", "profile"]
@@ -72,12 +91,21 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 class JobSubmitSerializer(serializers.Serializer):
-    """Input of POST /api/jobs/. Types are checked here; meaning (catalog, devices, quota) by submit_job."""
+    """Input of POST /api/jobs/: a catalog ``workload`` with ``params``, or ``code`` (an archive id from
+    POST /api/code/) with a ``command`` and ``env``. Types are checked here; meaning (catalog, command and env
+    rules, devices, quota) by submit_job."""
 
     tenant = serializers.SlugField(required=False, help_text="tenant slug; optional when you can submit to one")
     name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
-    workload = serializers.CharField(max_length=64, help_text="catalog key, see /api/workloads/")
+    workload = serializers.CharField(max_length=64, required=False, default="",
+                                     help_text="catalog key, see /api/workloads/ (not with code)")
     params = ObjectJSONField(required=False, default=dict, help_text="workload params (its JSON Schema)")
+    code = StrictIntegerField(required=False, allow_null=True, default=None,
+                              help_text="id of a code archive of the tenant (POST /api/code/)")
+    command = ArgvJSONField(required=False, default=None, help_text="argv run in the project, e.g. "
+                                                                    '["python", "train.py"] (with code)')
+    env = EnvJSONField(required=False, default=None, help_text="NAME -> value for the command (with code; "
+                                                               "ZICO_*, LD_*, PYTHON* and a few more are refused)")
     budget_bytes = StrictIntegerField(required=False, allow_null=True, default=None,
                                       help_text="bytes (a JSON integer); > 0, at most the largest device's total")
     priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
@@ -152,9 +180,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         d = spec.validated_data
         require_role(d["tenant"], request.user, Role.MEMBER, "submitting a job")
         check_job_submit_tenant(request, d["tenant"])  # 429 once the tenant's submission rate is spent
+        code = None
         try:
+            if d["code"] is not None:
+                code = CodeArchive.objects.filter(pk=d["code"], tenant=d["tenant"]).first()
+                if code is None:
+                    raise JobSpecError("code", f"no code archive {d['code']} in tenant {d['tenant'].slug}")
+            elif d["command"] is not None or d["env"] is not None:
+                raise JobSpecError("code", "required with a command: upload the project with POST /api/code/")
             job = submit_job(tenant=d["tenant"], owner=request.user, workload=d["workload"], params=d["params"],
-                             budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"])
+                             budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"], code=code,
+                             command=d["command"], env=d["env"])
         except JobSpecError as exc:
             raise field_error(exc.field, exc.message) from exc
         count_job_submission(request, d["tenant"])  # only accepted submissions count (zico.ratelimits)
@@ -193,6 +229,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         if latest is None:
             raise exceptions.NotFound("this job has no memory profile yet")
         return Response(ProfileSerializer(latest).data)
+
+    @extend_schema(responses={200: LogPageSerializer}, parameters=[AFTER, LIMIT])
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """The job's output lines after ``?after=`` (live from Redis while it runs, then its stored copy), with
+        its progress; poll with the answer's ``cursor`` until ``complete``."""
+        return Response(log_page(request, self.get_object()))
+
+    @extend_schema(responses={200: JobFileSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None)  # the whole list (a few hundred at most)
+    def files(self, request, pk=None):
+        """The job's output files (uploaded by its worker), by path; download each from its ``url``."""
+        return Response(JobFileSerializer(self.get_object().files.all(), many=True).data)
 
     @extend_schema(responses={200: JOB_TIMELINE}, parameters=[WINDOW, CURSOR])
     @action(detail=True, methods=["get"])

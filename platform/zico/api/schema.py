@@ -8,7 +8,11 @@ Which operation documents which error:
   something, and every read that a role could refuse;
 * 404 (not one of your tenants' objects, or gone): every path with an ``{id}``, ``{slug}`` or ``{username}``;
 * 400 (a field named with what is wrong): every operation with a request body or query parameters;
-* 409 (the object's state refuses it): cancel of an ended job, a device budget under its running jobs.
+* 409 (the object's state refuses it): cancel of an ended job, a device budget under its running jobs;
+* 413 (an upload over its size limit): a code archive, a worker's output file.
+
+The worker-facing paths (``/api/worker/...``, a job token instead of a user) document 403 on every method: a
+token for another job, or a job that ended too long ago.
 
 Bodies: ``{"detail": "..."}`` for 401/403/404/409/429 and for a malformed body; ``{"field": ["..."]}`` (or
 nested, ``{"params": {"batch_size": ["..."]}}``) for a field-named 400. The device budget's 409 names its
@@ -25,6 +29,10 @@ COMPONENTS = {"ErrorDetail": DETAIL, "FieldErrors": FIELD_ERRORS}
 # (path suffix, method) -> the 409 it may answer
 CONFLICTS = {("/api/jobs/{id}/cancel/", "post"): "the job has already ended",
              ("/api/devices/{id}/", "patch"): "the budget is below what the device's running jobs need"}
+# (path, method) -> the 413 it may answer
+TOO_LARGE = {("/api/code/", "post"): "the archive is over ZICO_CODE_MAX_BYTES",
+             ("/api/worker/jobs/{id}/files/", "post"): "the file is over ZICO_OUTPUT_MAX_FILE_BYTES, or the job's "
+                                                      "outputs over ZICO_OUTPUT_MAX_BYTES"}
 
 
 def _ref(name: str) -> dict:
@@ -50,7 +58,7 @@ def add_error_responses(result, generator, request, public):
                                                   "(the detail names the limit)", "ErrorDetail"))
             if "{" in path:
                 responses.setdefault("404", _response("not found among the objects you may read", "ErrorDetail"))
-            if method != "get" or path.startswith(("/api/tenants/{slug}", "/api/jobs/{id}")):
+            if method != "get" or path.startswith(("/api/tenants/{slug}", "/api/jobs/{id}", "/api/worker/")):
                 responses.setdefault("403", _response("your role (or staff status) does not allow this",
                                                       "ErrorDetail"))
             if "requestBody" in op or op.get("parameters") or method in ("post", "patch", "put"):
@@ -58,4 +66,6 @@ def add_error_responses(result, generator, request, public):
                                                       "wrong", "FieldErrors", "ErrorDetail"))
             if (path, method) in CONFLICTS:
                 responses.setdefault("409", _response(CONFLICTS[path, method], "ErrorDetail", "FieldErrors"))
+            if (path, method) in TOO_LARGE:
+                responses.setdefault("413", _response(TOO_LARGE[path, method], "ErrorDetail"))
     return result

@@ -2,19 +2,28 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from .code import CodeArchiveViewSet
 from .devices import DeviceViewSet
+from .job_outputs import JobFileDownload
 from .jobs import JobViewSet
 from .tenants import TenantViewSet
 from .tokens import TokenViewSet
+from .worker import WorkerJobCode, WorkerJobFiles
 from .workloads import workload_list
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("code", CodeArchiveViewSet, basename="code")
 router.register("devices", DeviceViewSet, basename="device")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("tokens", TokenViewSet, basename="token")
 
 urlpatterns = [
     path("workloads/", workload_list, name="workload-list"),
+    # one output file; its path may hold slashes, so no trailing slash is added
+    path("jobs/<int:pk>/files/<path:path>", JobFileDownload.as_view(), name="job-file-download"),
+    # worker-facing (job token, zico/api/worker.py)
+    path("worker/jobs/<int:pk>/code", WorkerJobCode.as_view(), name="worker-job-code"),
+    path("worker/jobs/<int:pk>/files/", WorkerJobFiles.as_view(), name="worker-job-files"),
     path("", include(router.urls)),
 ]

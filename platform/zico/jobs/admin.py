@@ -1,9 +1,10 @@
-"""Django admin for jobs, memory profiles and events; status changes only via the transition function."""
+"""Django admin for jobs, memory profiles, events, code archives, output files and stored logs; status changes only
+via the transition function; archives, files and logs are read-only (uploads go through the API's checks)."""
 from django.contrib import admin, messages
 
 from zico.admin_views import ViewOnlyAdmin
 
-from .models import Event, Job, MemoryProfile
+from .models import CodeArchive, Event, Job, JobFile, JobLog, MemoryProfile
 from .transitions import CANCELLABLE, IllegalTransition
 
 
@@ -25,7 +26,7 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["name", "workload", "owner__username", "tenant__slug"]
     readonly_fields = ["status", "created_at", "updated_at", "status_changed_at", "started_at", "finished_at",
                        "failure_reason", "waiting_reason", "waiting_kind", "waiting_since", "attempts", "lost_count",
-                       "progress_iteration"]
+                       "progress_iteration", "code", "command", "env"]
     inlines = [MemoryProfileInline]
     actions = ["cancel_jobs"]
 
@@ -63,3 +64,28 @@ class EventAdmin(ViewOnlyAdmin):
     search_fields = ["job__name", "tenant__slug", "actor__username"]
     readonly_fields = ["time", "kind", "tenant", "device", "job", "actor", "details"]
     date_hierarchy = "time"
+
+
+@admin.register(CodeArchive)
+class CodeArchiveAdmin(ViewOnlyAdmin):
+    list_display = ["pk", "sha256", "tenant", "format", "size_bytes", "files", "uploaded_by", "created_at"]
+    list_filter = ["format", "tenant", "created_at"]
+    search_fields = ["sha256", "tenant__slug", "uploaded_by__username"]
+    readonly_fields = ["tenant", "uploaded_by", "sha256", "format", "size_bytes", "files", "unpacked_bytes",
+                       "created_at"]
+
+
+@admin.register(JobFile)
+class JobFileAdmin(ViewOnlyAdmin):
+    list_display = ["pk", "job", "path", "size_bytes", "updated_at"]
+    list_filter = ["updated_at"]
+    search_fields = ["path", "job__name"]
+    readonly_fields = ["job", "path", "size_bytes", "sha256", "created_at", "updated_at"]
+
+
+@admin.register(JobLog)
+class JobLogAdmin(ViewOnlyAdmin):
+    list_display = ["pk", "job", "lines", "size_bytes", "dropped_lines", "stored_at"]
+    list_filter = ["stored_at"]
+    search_fields = ["job__name"]
+    readonly_fields = ["job", "lines", "size_bytes", "dropped_lines", "stored_at"]

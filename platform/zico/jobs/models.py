@@ -38,7 +38,9 @@ class JobQuerySet(models.QuerySet):
 
 
 class Job(models.Model):
-    """One training job: a catalog workload with params, an optional memory budget and a status."""
+    """One training job with an optional memory budget and a status: either a catalog workload with params
+    (``workload`` set, ``code`` empty) or a command in a project (``code`` set, ``workload`` empty; ``command``
+    and ``env`` follow zico_contracts.codejob)."""
 
     Status = models.TextChoices("Status", [(s.upper(), s) for s in ALL_STATUSES])
 
@@ -46,8 +48,13 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                               related_name="jobs")
     name = models.CharField(max_length=200, blank=True)
-    workload = models.CharField(max_length=64, help_text="key in workers.workloads.catalog")
+    workload = models.CharField(max_length=64, blank=True, help_text="key in workers.workloads.catalog; "
+                                                                    "empty for a job with code")
     params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    code = models.ForeignKey("jobs.CodeArchive", on_delete=models.RESTRICT, null=True, blank=True,
+                             related_name="jobs", help_text="the project a command job runs in")
+    command = models.JSONField(default=list, blank=True, help_text="argv run in the project (code jobs)")
+    env = models.JSONField(default=dict, blank=True, help_text="NAME -> value for the command (code jobs)")
     budget_bytes = models.BigIntegerField(null=True, blank=True, help_text="Bytes; most this job may hold")
     priority = models.SmallIntegerField(default=0, help_text=f"{PRIORITY_MIN}..{PRIORITY_MAX}; higher goes first")
     status = models.CharField(max_length=10, choices=Status.choices, default="queued", editable=False)
@@ -91,10 +98,21 @@ class Job(models.Model):
             models.CheckConstraint(condition=models.Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
                                    name="job_priority_range"),
             models.CheckConstraint(condition=models.Q(status__in=ALL_STATUSES), name="job_status_known"),
+            models.CheckConstraint(condition=(models.Q(code__isnull=True) & ~models.Q(workload=""))
+                                   | (models.Q(code__isnull=False) & models.Q(workload="")),
+                                   name="job_catalog_or_code"),
         ]
 
     def __str__(self) -> str:
-        return self.name or f"{self.workload} #{self.pk}"
+        return self.name or f"{self.kind_label} #{self.pk}"
+
+    @property
+    def kind_label(self) -> str:
+        """The workload key, or the command (shortened) of a job with code."""
+        if self.workload:
+            return self.workload
+        text = " ".join(self.command or [])
+        return text if len(text) <= 40 else text[:39] + "…"
 
     @property
     def is_finished(self) -> bool:
@@ -117,9 +135,13 @@ class Job(models.Model):
     def profile_spec(self) -> dict[str, Any]:
         """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
         ``{"workload", "params", "time_limit_s", "tenant"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``
-        and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants)."""
+        and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants),
+        plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_run_fields)."""
+        from .code import code_run_fields
+
         return {"workload": self.workload, "params": self.params or {},
-                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S), "tenant": self.tenant_id}
+                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S), "tenant": self.tenant_id,
+                **code_run_fields(self)}
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
@@ -221,3 +243,6 @@ class Event(models.Model):
         if actor is not None and not getattr(actor, "is_authenticated", False):
             actor = None
         return cls.objects.create(kind=kind, tenant=tenant, device=device, job=job, actor=actor, details=details)
+
+
+from .code_models import CodeArchive, JobFile, JobLog  # noqa: E402,F401 (models of the app, registered here)

@@ -21,7 +21,8 @@ from .transitions import JobStatus
 
 class JobSpecError(ValueError):
     """A job spec is invalid. ``field`` names the input: ``workload``, ``params.<name>``,
-    ``budget_bytes``, ``priority``, ``name`` or ``tenant``."""
+    ``budget_bytes``, ``priority``, ``name``, ``tenant``, ``code``, ``command`` (``command[i]``) or
+    ``env`` (``env.<NAME>``)."""
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
@@ -88,22 +89,41 @@ def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes
                                      f"{largest} bytes (shrink the batch or the model)")
 
 
-def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] | None = None,
-               budget_bytes: int | None = None, priority: int = 0, name: str = "") -> Job:
-    """Validate and store a new queued job.
+def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[list[str], dict[str, str]]:
+    """(command, env) of a job with code, checked by zico_contracts.codejob (Note [Job environment rule]).
+
+    Raises JobSpecError naming ``code`` (not an archive of ``tenant``), ``command``/``command[i]`` or
+    ``env``/``env.<NAME>``.
+    """
+    from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
+
+    if code is None or getattr(code, "tenant_id", None) != tenant.pk:
+        raise JobSpecError("code", f"no code archive {getattr(code, 'pk', code)!r} in tenant {tenant.slug}")
+    try:
+        return validate_command(command), validate_env(env)
+    except CodeSpecError as exc:
+        raise JobSpecError(exc.field, exc.message) from exc
+
+
+def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, Any] | None = None,
+               budget_bytes: int | None = None, priority: int = 0, name: str = "", code=None,
+               command: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
+    """Validate and store a new queued job: a catalog ``workload`` with ``params``, or a ``command`` in the
+    project ``code`` (a CodeArchive of ``tenant``) with ``env``.
 
     Args:
         tenant: the tenant that owns the job; ``owner`` must be a member with role member or higher.
-        workload: catalog key (``workers.workloads.catalog``).
+        workload: catalog key (``workers.workloads.catalog``); empty for a job with code.
         params: workload params; checked against the workload's JSON Schema, defaults filled in.
+        code, command, env: a job with code (:func:`validate_code_job`); not with a workload.
         budget_bytes: the most bytes the job may hold; at least ``MIN_BUDGET_BYTES`` (64 MiB) and at
             most the largest device's ``total_bytes`` (unchecked while no device is registered).
             Required when the tenant has a ``max_total_budget_bytes`` quota.
         priority: PRIORITY_MIN..PRIORITY_MAX, higher goes first.
     Raises:
         PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
-        JobSpecError: naming the field, for an unknown workload, params outside the schema, a
-            budget below ``MIN_BUDGET_BYTES`` or above the largest device, a known peak that fits
+        JobSpecError: naming the field, for an unknown workload, params outside the schema, both or
+            neither of workload and code, a bad command or env, a budget below ``MIN_BUDGET_BYTES`` or above the largest device, a known peak that fits
             nowhere (:func:`refuse_known_misfit`), or an exceeded quota.
     """
     if not tenant.has_role(owner, Role.MEMBER):
@@ -114,7 +134,19 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
     priority = _check_int("priority", priority)
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise JobSpecError("priority", f"must lie in [{PRIORITY_MIN}, {PRIORITY_MAX}], got {priority}")
-    full_params = validate_spec(workload, params)
+    if code is not None or command is not None or env:
+        if workload:
+            raise JobSpecError("workload", "a job is either a catalog workload or a command in a project (code), "
+                                           "not both")
+        if params:
+            raise JobSpecError("params", "params belong to a catalog workload; a job with code takes env")
+        command, env = validate_code_job(tenant, code, command, env)
+        full_params = {}
+    else:
+        if not workload:
+            raise JobSpecError("workload", "required: a catalog key, or code and a command")
+        full_params = validate_spec(workload, params)
+        command, env = [], {}
     if budget_bytes is not None:
         budget_bytes = _check_int("budget_bytes", budget_bytes)
         if budget_bytes <= 0:
@@ -126,7 +158,8 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
         if largest is not None and budget_bytes > largest:
             raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
                                                f"of {largest} bytes")
-    refuse_known_misfit(workload, full_params, budget_bytes)
+    if code is None:
+        refuse_known_misfit(workload, full_params, budget_bytes)
     with transaction.atomic():
         # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
@@ -141,8 +174,8 @@ def submit_job(*, tenant: Tenant, owner, workload: str, params: dict[str, Any] |
                                                    f"bytes budgeted by unfinished jobs; {budget_bytes} more "
                                                    f"does not fit")
         iterations = full_params.get("iterations")
-        job = Job.objects.create(tenant=locked, owner=owner, name=name, workload=workload, params=full_params,
-                                 budget_bytes=budget_bytes, priority=priority,
+        job = Job.objects.create(tenant=locked, owner=owner, name=name, workload=workload or "", params=full_params,
+                                 code=code, command=command, env=env, budget_bytes=budget_bytes, priority=priority,
                                  total_iterations=iterations if isinstance(iterations, int) else None)
         Event.record(Event.Kind.STATUS_CHANGE, job=job, actor=owner, reason="submitted",
                      **{"from": None, "to": JobStatus.QUEUED})

@@ -18,6 +18,7 @@ from django.db.models import Q
 from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
+from zico.jobs.outputs import archive_log
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
 
 from . import keys
@@ -105,7 +106,8 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
         Q(status=S.RUNNING, placements__device=dev, placements__ended_at__isnull=True, placements__started_at__lt=started)
         | Q(status=S.PROFILING, profiling_device=dev, status_changed_at__lt=started)).distinct().order_by("pk")
     if stranded.exists():
-        declare_lost(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})")
+        declare_lost(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})",
+                     redis_client=r)
     return dev
 
 
@@ -177,6 +179,7 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
     end_placement_if_done(placement, f"job {job.pk} {status}")
+    archive_log(job, r)  # the run's output lines, from its Redis stream (Note [A job's log, live then stored])
 
 
 def on_profile_done(msg: dict[str, Any], r) -> None:
@@ -260,10 +263,12 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
 
 
 # -- lost workers ------------------------------------------------------------------------------
-def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = None) -> list[Job]:
+def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = None,
+                 redis_client=None) -> list[Job]:
     """Mark ``jobs`` lost on ``dev`` with a worker_lost Event each, then requeue them (or fail them once they
-    have been lost ``max_losses`` times). Ends their placements. A job lost while profiling (it has no
-    placement) is requeued the same way, with a reason saying it is profiled again. Returns the jobs moved."""
+    have been lost ``max_losses`` times, storing their log when ``redis_client`` is given). Ends their
+    placements. A job lost while profiling (it has no placement) is requeued the same way, with a reason
+    saying it is profiled again. Returns the jobs moved."""
     from django.conf import settings
 
     max_losses = max_losses or settings.ZICO_MAX_WORKER_LOSSES
@@ -279,6 +284,8 @@ def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | No
             placement.end(f"worker lost: {reason}")
         if job.lost_count >= max_losses:
             try_transition(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
+            if redis_client is not None:
+                archive_log(job, redis_client)
         elif was == S.PROFILING:
             try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss while profiling; "
                                                              "it is profiled again")

@@ -19,6 +19,9 @@ name                               type    meaning
 ``zico:job:<job>:done``            string  outcome of a finished run, with its placement and ``run_token``
                                            (makes ``run_job`` idempotent; a record with another token
                                            is another deployment's and is ignored)
+``zico:job:<job>:log``             stream  a job's output lines (t, stream, line, cut), capped; declared in
+                                           ``zico_contracts.joblog`` (the worker writes it, the web side
+                                           reads it and stores it when the job ends)
 =================================  ======  ====================================================================
 
 ``<dev>`` is a device key from :func:`device_key`, e.g. ``gpu.node1.0`` or ``cpu.node1.0``.
@@ -27,6 +30,8 @@ This module imports nothing from Django or torch.
 from __future__ import annotations
 
 import re
+
+from zico_contracts.joblog import log_stream_key
 
 PREFIX = "zico"
 TELEMETRY_STREAM = f"{PREFIX}:telemetry"
@@ -93,6 +98,11 @@ def cancel_key(job_id: int) -> str:
 
 def abort_key(job_id: int, placement_id) -> str:
     return f"{PREFIX}:job:{int(job_id)}:abort:{placement_id}"
+
+
+def log_key(job_id: int) -> str:
+    """The job's output stream (``zico_contracts.joblog.log_stream_key``, the one place that names it)."""
+    return log_stream_key(int(job_id))
 
 
 def done_key(job_id: int) -> str:

@@ -75,17 +75,17 @@ class Liveness:
             if now - since > self.lost_after_s and dev not in self._down:
                 self._down.add(dev)
                 lost.append(dev)
-                self._lose(devices[dev], now - since)
+                self._lose(devices[dev], now - since, r)
         return lost
 
-    def _lose(self, dev: Device, silent_s: float) -> None:
+    def _lose(self, dev: Device, silent_s: float, r=None) -> None:
         reason = f"no heartbeat from {dev} for {silent_s:.0f} s"
         on_it = (Q(status__in=[S.PLACED, S.RUNNING], placements__device=dev, placements__ended_at__isnull=True)
                  | Q(status=S.PROFILING, profiling_device=dev))  # a profile runs without a placement
         jobs = list(Job.objects.filter(on_it).distinct().order_by("pk"))
         log.warning("device %s lost (%s); %d job(s) affected", dev, reason, len(jobs))
         Device.objects.filter(pk=dev.pk).update(status=Status.OFFLINE)
-        declare_lost(dev, jobs, reason)
+        declare_lost(dev, jobs, reason, redis_client=r)
 
     @staticmethod
     def _revive(dev: Device) -> None:

@@ -147,10 +147,11 @@ def panel_context(user, job: Job) -> dict[str, Any]:
         "plan": _plan_view(user, job, placement), "delays": delays, "delay_count": delay_count,
         "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(user, job),
+        "files": list(job.files.all()) if job.code_id else [],
     }
 
 
-PANELS = ("head", "stats", "curve", "plan", "log")  # template web/_job_<name>.html, element #panel-<name>
+PANELS = ("head", "stats", "curve", "plan", "log", "files")  # template web/_job_<name>.html, element #panel-<name>
 
 
 def panels(user, job: Job, request=None) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def job_detail(request, pk: int):
     job = access.job_for(request.user, pk)
     return render(request, "web/job_detail.html", {
         **panel_context(request.user, job), "windows": WINDOWS_S, "job_window": JOB_WINDOW,
-        "params": sorted((job.params or {}).items()),
+        "params": sorted((job.params or {}).items()), "env": sorted((job.env or {}).items()),
     })
 
 

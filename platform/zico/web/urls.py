@@ -8,7 +8,7 @@ from django.templatetags.static import static
 from django.urls import path
 from django.views.generic.base import RedirectView
 
-from . import data, devices, jobs, tenant_admin
+from . import code_jobs, data, devices, jobs, tenant_admin
 
 def favicon(request):
     """Redirect to the static icon, resolved per request: the manifest storage knows its hashed name only
@@ -23,6 +23,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", jobs.job_list, name="web-jobs"),
     path("jobs/new/", jobs.job_submit, name="web-job-submit"),
+    path("jobs/new/code/", code_jobs.job_submit_code, name="web-job-submit-code"),
     path("jobs/<int:pk>/", jobs.job_detail, name="web-job-detail"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="web-job-cancel"),
     path("cluster/", devices.cluster, name="web-cluster"),

@@ -1,0 +1,137 @@
+"""The "your code" submit page: upload a project archive and name the command to run in it (the page beside the
+catalog form). The same checks as the API, in this order so that a refused form stores nothing: the command and
+env (zico_contracts.codejob), then the archive (Note [Code archive limits]), then the job (submit_job; a job
+refused there takes its freshly stored archive with it)."""
+from __future__ import annotations
+
+import re
+import shlex
+from decimal import Decimal
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from zico.jobs.code import discard_archive, store_archive
+from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN
+from zico.jobs.submission import JobSpecError, submit_job
+from zico.ratelimits import count_job_submission, job_submit_wait
+from zico_contracts.codearchive import ArchiveError
+from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
+
+from . import access
+from .forms import GIB
+
+FIELD_OF = {"command": "command", "env": "env", "code": "archive", "budget_bytes": "budget_gib",
+            "priority": "priority", "name": "name", "tenant": "tenant"}
+
+
+class CodeJobForm(forms.Form):
+    """Tenant, name, the project archive, the command (shell words), env (NAME=value lines), budget, priority."""
+
+    tenant = forms.ModelChoiceField(queryset=None, empty_label=None, label="Tenant")
+    name = forms.CharField(max_length=200, required=False, label="Job name")
+    archive = forms.FileField(label="Project archive", help_text="Your project directory as .tar.gz or .zip "
+                              "(or use `zico submit DIR -- CMD`, which packs it for you).")
+    command = forms.CharField(max_length=32 * 1024, label="Command", help_text="Run in the project's directory, "
+                              "e.g. python train.py --epochs 3 (quoted as in a shell; no shell runs it).")
+    env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Environment",
+                          help_text="One NAME=value per line; ZICO_*, LD_*, PYTHON* and a few more are reserved.")
+    budget_gib = forms.DecimalField(required=False, min_value=Decimal("0.001"), max_digits=12, decimal_places=3,
+                                    label="Memory budget (GiB)", help_text="Leave empty for no per-job limit.")
+    priority = forms.IntegerField(initial=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX, label="Priority")
+
+    def __init__(self, *args, tenants, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants
+
+    def clean_command(self):
+        try:
+            argv = shlex.split(self.cleaned_data["command"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"cannot split it into words: {exc}") from None
+        try:
+            return validate_command(argv)
+        except CodeSpecError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+    def clean_env(self):
+        pairs = {}
+        for n, line in enumerate(self.cleaned_data.get("env", "").splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, value = line.partition("=")
+            if not sep:
+                raise forms.ValidationError(f"line {n}: expected NAME=value")
+            pairs[name.strip()] = value
+        try:
+            return validate_env(pairs)
+        except CodeSpecError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def full_clean(self):
+        super().full_clean()
+        for name in self.errors:
+            if name in self.fields:
+                self.mark(name)
+
+    def mark(self, name: str) -> None:
+        attrs = self.fields[name].widget.attrs
+        ids = [f"id_{name}_error"] + ([f"id_{name}_helptext"] if self.fields[name].help_text else [])
+        attrs["aria-describedby"], attrs["aria-invalid"] = " ".join(ids), "true"
+
+    def add_spec_error(self, field: str, message: str) -> None:
+        target = FIELD_OF.get(re.split(r"[.\[]", field)[0])
+        self.add_error(target, message if target else f"{field}: {message}")
+        if target:
+            self.mark(target)
+
+    def field_error_count(self) -> int:
+        return sum(1 for name in self.errors if name != forms.forms.NON_FIELD_ERRORS)
+
+    def budget_bytes(self) -> int | None:
+        gib = self.cleaned_data.get("budget_gib")
+        return None if gib is None else int(gib * GIB)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_submit_code(request):
+    """Submit a command in an uploaded project; on any error nothing is stored."""
+    tenants = access.submit_tenants(request.user)
+    if not tenants.exists():
+        raise PermissionDenied("you are not a member (role member or higher) of any tenant")
+    if request.method != "POST":
+        return render(request, "web/job_submit_code.html", {"form": CodeJobForm(tenants=tenants)})
+    form = CodeJobForm(request.POST, request.FILES, tenants=tenants)
+    wait = job_submit_wait(request, form.cleaned_data["tenant"] if form.is_valid() else None)
+    if wait:
+        return render(request, "web/job_submit_code.html", {"form": form, "rate_limited":
+                      f"Too many job submissions — try again in {wait} s."}, status=429)
+    if form.is_valid():
+        d = form.cleaned_data
+        try:
+            with transaction.atomic():
+                archive, created = store_archive(d["tenant"], d["archive"], request.user)
+                try:
+                    job = submit_job(tenant=d["tenant"], owner=request.user, code=archive, command=d["command"],
+                                     env=d["env"], budget_bytes=form.budget_bytes(), priority=d["priority"],
+                                     name=d["name"])
+                except JobSpecError:
+                    if created:
+                        discard_archive(archive)
+                    raise
+        except ArchiveError as exc:
+            form.add_error("archive", str(exc))
+            form.mark("archive")
+        except JobSpecError as exc:
+            form.add_spec_error(exc.field, exc.message)
+        else:
+            count_job_submission(request, job.tenant)
+            messages.success(request, f"Job “{job}” submitted — it is queued.")
+            return redirect("web-job-detail", pk=job.pk)
+    return render(request, "web/job_submit_code.html", {"form": form})

@@ -1,0 +1,210 @@
+"""The ``zico`` commands (click): login, submit, ls, status, logs, cancel, download. Every command takes
+``--json`` (machine-readable output on stdout); errors are one line on stderr with exit status 4
+(zico_cli.errors); ``logs -f`` exits with the job's outcome."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from zico_contracts.codearchive import ArchiveError, check_member_path
+
+from . import config
+from .api import Api, normalise_url
+from .errors import CliError
+from .follow import human_bytes, show_logs
+from .pack import pack
+from .upload import upload_archive
+
+UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+         "t": 1 << 40, "tib": 1 << 40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+ENV_RE = re.compile(r"([^=]+)=(.*)", re.S)
+
+
+def parse_bytes(text: str) -> int:
+    """``"2GiB"``, ``"512M"``, ``"1.5g"``, ``"1000000000"`` -> bytes (K/M/G are binary, KB/MB/GB decimal)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS:
+        raise click.BadParameter(f"{text!r}: expected bytes like 2GiB, 512MiB or 1073741824")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")(f)
+
+
+def out(as_json: bool, data, text: str) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+def connect() -> Api:
+    c = config.load()
+    return Api(c["url"], c["token"])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli():
+    """Run your own training code on a Zico cluster."""
+
+
+@cli.command()
+@click.argument("url")
+@click.option("--token", help="an API token (from your tenant's page); asked for when left out")
+@json_option
+def login(url, token, as_json):
+    """Check an API token against the server at URL and keep both (~/.config/zico/config.json, mode 0600)."""
+    url = normalise_url(url)
+    if not token:
+        token = click.prompt("API token", hide_input=True).strip()
+    tenants = Api(url, token).get("/api/tenants/", limit=100)["results"]
+    path = config.save(url, token)
+    names = ", ".join(f"{t['slug']} ({t['my_role'] or 'staff'})" for t in tenants) or "none"
+    out(as_json, {"url": url, "config": str(path), "tenants": tenants},
+        f"Signed in to {url}; your tenants: {names}. Saved to {path}.")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--name", default="", help="a name for the job")
+@click.option("--tenant", help="tenant slug (needed when you can submit to several)")
+@click.option("--budget", help="the most memory the job may hold, e.g. 8GiB")
+@click.option("--priority", type=int, default=0, show_default=True, help="-100..100, higher goes first")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="an environment variable for the command")
+@json_option
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def submit(name, tenant, budget, priority, env, as_json, directory, command):
+    """Pack DIRECTORY (honouring .gitignore and .zicoignore), upload it and run COMMAND in it as a job.
+
+    Example: zico submit --budget 8GiB . -- python train.py --epochs 3
+    """
+    variables = {}
+    for item in env:
+        m = ENV_RE.fullmatch(item)
+        if not m:
+            raise click.BadParameter(f"{item!r}: expected NAME=value", param_hint="--env")
+        variables[m.group(1)] = m.group(2)
+    budget_bytes = parse_bytes(budget) if budget else None
+    api = connect()
+    with tempfile.TemporaryDirectory(prefix="zico-pack-") as tmp:
+        archive_path = Path(tmp) / f"{directory.resolve().name or 'project'}.tar.gz"
+        packed = pack(directory, archive_path)
+        if not as_json:
+            click.echo(f"Packed {packed.files} files ({human_bytes(packed.unpacked_bytes)}) into "
+                       f"{human_bytes(archive_path.stat().st_size)}.", err=True)
+        archive = upload_archive(api, archive_path, tenant, show_progress=not as_json)
+    body = {"code": archive["id"], "command": list(command), "env": variables, "name": name,
+            "priority": priority, "budget_bytes": budget_bytes, "tenant": tenant or archive["tenant"]}
+    job = api.post("/api/jobs/", body)
+    url = f"{api.url}/jobs/{job['id']}/"
+    out(as_json, {"job": job, "archive": archive, "url": url},
+        f"Job {job['id']} submitted ({job['status']}): {url}\nFollow it with: zico logs -f {job['id']}")
+
+
+@cli.command(name="ls")
+@click.option("--status", help="only jobs in this status")
+@click.option("--tenant", help="only this tenant's jobs")
+@click.option("--limit", type=click.IntRange(1, 1000), default=25, show_default=True)
+@json_option
+def list_jobs(status, tenant, limit, as_json):
+    """List your tenants' jobs, newest first."""
+    jobs = connect().get("/api/jobs/", status=status, tenant=tenant, limit=limit)["results"]
+    if as_json:
+        return out(True, jobs, "")
+    table = Table(box=None, header_style="bold")
+    for col in ("ID", "NAME", "STATUS", "WHAT", "TENANT", "PROGRESS", "CREATED"):
+        table.add_column(col)
+    for j in jobs:
+        what = j["workload"] or " ".join(j["command"])
+        done = f"{j['progress_iteration']}/{j['total_iterations']}" if j["total_iterations"] else \
+            str(j["progress_iteration"])
+        table.add_row(str(j["id"]), j["name"] or "—", j["status"], what[:40], j["tenant"], done,
+                      j["created_at"][:19].replace("T", " "))
+    Console(width=max(shutil.get_terminal_size().columns, 100)).print(table)
+
+
+def _job_text(j: dict) -> str:
+    rows = [("job", f"{j['id']} {j['name']}".strip()), ("status", j["status"]), ("tenant", j["tenant"]),
+            ("owner", j["owner"] or "—"), ("runs", j["workload"] or " ".join(j["command"])),
+            ("progress", f"{j['progress_iteration']}/{j['total_iterations'] or '?'} iterations"),
+            ("budget", human_bytes(j["budget_bytes"]) if j["budget_bytes"] else "none"),
+            ("priority", str(j["priority"])), ("created", j["created_at"])]
+    if j["waiting_reason"]:
+        rows.append(("waiting", j["waiting_reason"]))
+    if j["failure_reason"]:
+        rows.append(("failure", j["failure_reason"]))
+    for k in ("iterations_per_s", "peak_allocated_bytes", "slowdown"):
+        if j["metrics"].get(k) is not None:
+            v = j["metrics"][k]
+            rows.append((k, human_bytes(v) if k.endswith("bytes") else f"{v:.3g}"))
+    return "\n".join(f"{k:>17}  {v}" for k, v in rows)
+
+
+@cli.command()
+@click.argument("job", type=int)
+@json_option
+def status(job, as_json):
+    """Show one job: status, progress, budget, why it waits or failed."""
+    j = connect().get(f"/api/jobs/{job}/")
+    out(as_json, j, _job_text(j))
+
+
+@cli.command()
+@click.argument("job", type=int)
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends; exit with its status")
+@json_option
+def logs(job, follow, as_json):
+    """Print a job's output; with -f follow it, with its progress, until it ends (exit 0 succeeded, 1 failed,
+    3 cancelled)."""
+    sys.exit(show_logs(connect(), job, follow, as_json))
+
+
+@cli.command()
+@click.argument("job", type=int)
+@json_option
+def cancel(job, as_json):
+    """Cancel a job (its owner, a tenant admin or staff)."""
+    j = connect().post(f"/api/jobs/{job}/cancel/", ok=(200,))
+    out(as_json, j, f"Job {job} cancelled.")
+
+
+@cli.command()
+@click.argument("job", type=int)
+@click.argument("path", required=False)
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="directory to write into (default: ./job-<JOB>)")
+@json_option
+def download(job, path, output, as_json):
+    """Download a job's output files (or only PATH, a file or a directory of them)."""
+    api = connect()
+    files = api.get(f"/api/jobs/{job}/files/")
+    if path:
+        prefix = path.strip("/")
+        files = [f for f in files if f["path"] == prefix or f["path"].startswith(prefix + "/")]
+        if not files:
+            raise CliError(f"job {job} has no output file {path!r}")
+    output = output or Path(f"job-{job}")
+    written = []
+    for f in files:
+        try:
+            rel = check_member_path(f["path"])
+        except ArchiveError as exc:
+            raise CliError(f"refusing the server's path {f['path']!r}: {exc.problem}") from None
+        target = output.joinpath(*rel.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with api.request("GET", f["url"], stream=True) as r, open(target, "wb") as fh:
+            for chunk in r.iter_content(1 << 16):
+                fh.write(chunk)
+        written.append({"path": f["path"], "file": str(target), "size_bytes": f["size_bytes"]})
+    out(as_json, written, "\n".join(f"{w['file']}  {human_bytes(w['size_bytes'])}" for w in written)
+        or f"Job {job} has no output files.")
+
+
+def main():  # the console script's entry point
+    cli()
