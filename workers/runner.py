@@ -62,6 +62,7 @@ class RunSpec:
     plan: dict[str, Any] = field(default_factory=dict)
     job_created_at: str | None = None
     tenant: int | None = None
+    code: Any = None  # zico_contracts.codejob.CodeSpec for a command job (a user's own script), else None
 
     @classmethod
     def parse(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -69,8 +70,14 @@ class RunSpec:
             raise SpecError(f"job_id: expected a positive integer, got {job_id!r}")
         if not isinstance(spec, dict):
             raise SpecError(f"spec: expected a JSON object, got {type(spec).__name__}")
+        from zico_contracts.codejob import CodeSpec, CodeSpecError
+
+        try:
+            code = CodeSpec.from_spec(spec)  # None for a catalog job
+        except CodeSpecError as exc:
+            raise SpecError(str(exc)) from None
         workload = spec.get("workload")
-        if not isinstance(workload, str) or not workload:
+        if not isinstance(workload, str) or (not workload and code is None):
             raise SpecError("workload: missing or not a string")
         params = spec.get("params") or {}
         if not isinstance(params, dict):
@@ -89,7 +96,7 @@ class RunSpec:
         if tenant is not None and (isinstance(tenant, bool) or not isinstance(tenant, int) or tenant <= 0):
             raise SpecError(f"tenant: expected a positive integer id, got {tenant!r}")
         return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant)
+                   tenant, code)
 
 
 def _optional_text(spec: dict, key: str) -> str | None:
@@ -144,25 +151,45 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
                  job_id, done.get("placement"), done.get("run_token"))
         link.clear_done(job_id)
         checkpoints.remove(rt.config.checkpoint_dir, job_id)
+    from . import usercode
     from .agent import JobRun
 
-    relay = _Relay(link, spec)
-    job = JobRun(job_id, job_process_spec(rt, spec), curve=spec.curve, placement=spec.placement,
-                 stop_check=lambda: link.stop_requested(job_id, spec.placement), on_message=relay.on_message,
-                 tenant_id=spec.tenant or 0)
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()
-    relay.job = job
+    relay = _Relay(link, spec)
+    output = usercode.LogRelay(link.redis, job_id)  # the job's stdout/stderr, live (zico_contracts.joblog)
+    dirs = None
     try:
+        if spec.code is not None:  # a command job: its code, fetched and unpacked here (workers.usercode)
+            dirs = usercode.prepare(spec.code, job_id, rt.config.var_dir or rt.config.checkpoint_dir.parent)
+            output.line("system", f"code {spec.code.code_sha256[:12]} unpacked; running {' '.join(spec.code.command)}")
+            proc_spec = usercode.script_spec(spec.code, dirs, rt.torch_device, rt.config.data_dir)
+        else:
+            proc_spec = job_process_spec(rt, spec)
+        job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement,
+                     stop_check=lambda: link.stop_requested(job_id, spec.placement), on_message=relay.on_message,
+                     tenant_id=spec.tenant or 0, on_output=output.line)
+        relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
+    except usercode.CodeFetchError as exc:
+        result = {"status": "failed", "reason": str(exc), "metrics": {}}
     except OSError as exc:  # the process could not be launched: the job fails, the worker goes on
         log.exception("job %s could not be launched", job_id)
         result = {"status": "failed", "reason": f"could not start the job process: {type(exc).__name__}: {exc}",
                   "metrics": {}}
+    except BaseException:
+        output.close()
+        raise
     metrics = dict(result.get("metrics") or {})
-    _report_delays(link, spec, job.iteration, relay.delays.report(final=True))
+    if dirs is not None:  # before job_finished: the web side takes a job's files only until shortly after it ended
+        metrics.update(usercode.upload_outputs(spec.code, dirs.output_dir))
+        usercode.cleanup(dirs)
+    output.line("system", f"job {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""))
+    output.close()
+    _report_delays(link, spec, relay.job.iteration if relay.job else -1, relay.delays.report(final=True))
     metrics.update(relay.delays.metrics(), wall_s=round(time.monotonic() - t_setup, 3), pid=result.get("pid"))
-    ran, train_s = int(metrics.get("iterations_this_run") or 0), float(metrics.get("train_s") or 0.0)
+    ran = int(metrics.get("iterations_this_run") or metrics.get("iterations_done") or 0)  # catalog | script
+    train_s = float(metrics.get("train_s") or 0.0)
     metrics.update(slowdown_metrics(spec, train_s, ran))
     outcome.update(status=result["status"], reason=result.get("reason", ""), metrics=metrics)
     if outcome["status"] != "aborted":

@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     threading.Thread(target=_stats_loop, args=(control, clock, sink, za, adev, stop), name="zico-stats",
                      daemon=True).start()
+    profiler = None
+    if spec.get("profile"):
+        profiler = _Profiler(za, job_id, spec["profile"], spec["scratch_dir"], control, clock)
+        clock.after_end = profiler.after_end
     control.send("ready", resumed_from=0, iterations=spec.get("iterations") or 0)
     t0 = time.monotonic()
     error: BaseException | None = None
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     # functions is killed after the grace period, and nothing of Zico's own ending is cut short.
     signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     done = outcome(error, spec)  # prints the traceback, as python would
+    if profiler is not None and done["status"] == "succeeded":  # the script ended before enough iterations
+        profiler.finish(f"the script ended after {clock.steps} iterations (optimizer steps); its profile needs "
+                        f"{profiler.want}")
     stopped = isinstance(error, JobStopped)
     error = None  # the traceback's frames go, and with them the script's objects (its open files flush)
     if not stopped:
@@ -270,6 +277,55 @@ def main(argv: list[str] | None = None) -> int:
                "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
                "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
     return _send_done(control, {**done, "metrics": jobproc._plain(metrics)})
+
+
+PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.profiling
+
+
+class _Profiler:
+    """A profile run of a script (Note [Profiling a script] in workers.profiling): drains the allocator's trace
+    while the script runs, and after ``warmup + steady`` iterations (or at the time limit) writes this job's
+    records to ``<scratch>/profile-trace.json``, sends ``done`` and ends the process (the script with it)."""
+
+    def __init__(self, za, job_id: int, prof: dict[str, Any], scratch: str, control, clock: StepClock):
+        self.za, self.job_id, self.control, self.clock = za, job_id, control, clock
+        self.want = int(prof["warmup"]) + int(prof["steady"])
+        self.limit = prof.get("time_limit_s")
+        self.path = os.path.join(scratch, PROFILE_TRACE)
+        self.records: list[list] = []
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        za.drain_trace()  # setup's records before this point are not the job's iterations
+        threading.Thread(target=self._loop, name="zico-profile", daemon=True).start()
+
+    def _drain(self) -> None:
+        with self._lock:
+            for r in self.za.drain_trace():
+                if r.job == self.job_id:
+                    self.records.append([r.kind, r.timestamp_s, r.job_allocated_bytes, r.delta_bytes, r.iteration])
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(0.05)
+            self._drain()
+
+    def after_end(self, steps: int) -> None:
+        elapsed = time.monotonic() - self.t0
+        if self.limit is not None and elapsed > self.limit and steps < self.want:
+            self.finish(f"stopped after {elapsed:.0f} s and {steps} of {self.want} iterations: over the profiling "
+                        f"time limit of {self.limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
+        elif steps >= self.want:
+            self.finish()
+
+    def finish(self, reason: str | None = None) -> None:
+        """Write the trace and end the process: ``done`` succeeded, or failed with ``reason``."""
+        self._drain()
+        metrics = {"profile_s": round(time.monotonic() - self.t0, 3), "profile_iterations": self.clock.steps}
+        if reason is None:
+            with open(self.path, "w") as f:
+                json.dump(self.records, f)
+            _send_done(self.control, {"status": "succeeded", "metrics": metrics})
+        _send_done(self.control, {"status": "failed", "reason": reason, "metrics": metrics})
 
 
 def _send_done(control: jobproc.Control, done: dict[str, Any]) -> int:

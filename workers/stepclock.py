@@ -52,6 +52,7 @@ class StepClock:
     def __init__(self, control, job_id: int, za, total: int | None = None):
         self.control, self.job_id, self.za, self.total = control, job_id, za, total
         self.iteration = -1  # the current (open or last) iteration's index
+        self.after_end = None  # called with the number of iterations done after each one ends
         self.steps = 0  # iterations done
         self.open = False
         self.phase_name = "setup"
@@ -188,6 +189,8 @@ class StepClock:
         self.phase_name = "done"
         self.control.send("iteration_end", iteration=self.iteration, marks=self._marks)
         self._allocator_mark("iteration_end", self.iteration)  # the pool hands back what the agent wants
+        if self.after_end is not None:  # a profile run counts its iterations here (workers.scriptproc)
+            self.after_end(self.steps)
 
     def _allocator_mark(self, kind: str, i: int) -> None:
         try:

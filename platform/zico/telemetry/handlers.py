@@ -187,8 +187,9 @@ def on_profile_done(msg: dict[str, Any], r) -> None:
     if job is None:
         return
     if msg.get("error"):
-        try_transition(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000],
-                       device=device_for(msg["device"]))
+        if try_transition(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000],
+                          device=device_for(msg["device"])):
+            archive_log(job, r)  # a command job's output while profiled (its traceback) is its log
         return
     MemoryProfile.record(job, msg["curve"])
     if job.status == S.PROFILING:

@@ -1,0 +1,82 @@
+"""Users' own scripts end to end: submitted with the `zico` command to a running stack, profiled on the device
+from their first optimizer steps, run in the sandbox as processes of their own, their output followed with
+`zico logs`, a metric reported through `zico.log` kept with the job, and a failing script's reason shown.
+
+Real PostgreSQL, real Redis (private), a real web server (the worker fetches the code and uploads output files
+through the worker-facing API), and the real processes: control consumer, scheduler service and one CPU device
+worker started the documented way. The scripts (tests/workers/user_scripts/) know nothing of Zico, except the
+one that uses ``import zico``.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zico.jobs.models import Job, MemoryProfile
+from zico.tenants.models import ApiToken
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "user_scripts"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def zico(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    return subprocess.run([sys.executable, "-m", "zico_cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
+def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, waiter, tenant_owner, live_server,
+                                                                         tmp_path, settings):
+    stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
+                     ZICO_PROFILE_TIME_LIMIT_S="300",
+                     # the consumer stores each job's log where this process's web server reads it
+                     ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
+    settings.ZICO_WORKER_API_URL = live_server.url  # the live server builds nothing, but keeps one truth
+    stack.consumer(lost_after_s=15)
+    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "3", "--loglevel", "INFO")
+    stack.registered_device()
+    tenant, owner = tenant_owner
+    _, secret = ApiToken.issue(owner, "cli")
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("mlp_adam.py", "lstm_sgd_clip.py", "logs_metrics.py", "raises.py"):
+        shutil.copy(SCRIPTS / name, project / name)
+    (project / ".zicoignore").write_text("*.ckpt\n")
+    (project / "big.ckpt").write_bytes(b"x" * 4096)  # not packed
+    home = tmp_path / "home"
+    home.mkdir()
+    login = zico(home, "login", live_server.url, "--token", secret)
+    assert login.returncode == 0, login.stderr
+    ids = {}
+    for name, argv in (("mlp", ["python", "mlp_adam.py", "--steps", "30"]),
+                       ("lstm", ["python", "lstm_sgd_clip.py"]),
+                       ("metrics", ["python", "logs_metrics.py"]),
+                       ("raises", ["python", "raises.py"])):
+        out = zico(home, "submit", "--json", "--name", name, str(project), "--", *argv)
+        assert out.returncode == 0, out.stderr
+        ids[name] = json.loads(out.stdout)["job"]["id"]
+    stack.scheduler("--interval", "1")
+    ended = ("succeeded", "failed", "cancelled")
+    waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in ids.values()), 900, "every job to end")
+    jobs = {n: Job.objects.get(pk=i) for n, i in ids.items()}
+    for name in ("mlp", "lstm", "metrics"):
+        assert jobs[name].status == "succeeded", (name, jobs[name].failure_reason, stack.log("worker.log")[-3000:])
+        profile = MemoryProfile.objects.filter(job=jobs[name]).first()
+        assert profile is not None and profile.source == "allocator-trace" and profile.peak_bytes > 0
+    assert jobs["raises"].status == "failed" and "ValueError" in jobs["raises"].failure_reason
+    assert "raises.py, line" in jobs["raises"].failure_reason
+    assert jobs["metrics"].metrics["iterations_done"] == 5 and "loss" in jobs["metrics"].metrics
+    assert jobs["mlp"].metrics["iterations_done"] == 30
+    logs = zico(home, "logs", str(ids["mlp"]))
+    assert logs.returncode == 0, logs.stderr
+    assert "mlp: 30 steps, final loss" in logs.stdout
+    follow = zico(home, "logs", "-f", str(ids["raises"]))
+    assert follow.returncode == 1  # the job's outcome
+    assert "ValueError" in follow.stderr

@@ -1,0 +1,190 @@
+"""A command job's code and files on the worker side: fetch and unpack its archive, relay its output to the
+job's log stream, upload its output files. Used by :mod:`workers.runner` and :mod:`workers.profiling`.
+
+The contract is :mod:`zico_contracts.codejob` (the run spec's code fields, the job token) and
+:mod:`zico_contracts.joblog` (the log stream); the web side's endpoints are ``code_url`` and ``files_url``.
+
+* :func:`prepare` downloads the archive once per content hash (``<var>/code/<sha256>/``, checked against
+  ``code_sha256`` and ``code_size_bytes``), unpacks it with the same checks the web side made at upload
+  (:func:`zico_contracts.codearchive.extract_archive`), and makes the run's private ``output`` and
+  ``scratch`` directories (``<var>/jobs/<id>/``). Raises :class:`CodeFetchError` naming what failed.
+* :class:`LogRelay` buffers the job's output lines and writes them to the job's log stream every
+  ``FLUSH_S`` seconds (one pipeline per flush; a Redis outage drops lines and says so in a ``system`` line).
+* :func:`upload_outputs` sends every file under ``output`` to ``files_url`` before the outcome is reported
+  (the web side takes files only until shortly after a job ended), within ``output_limits``.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zico_contracts import joblog
+from zico_contracts.codearchive import ArchiveError, ArchiveLimits, extract_archive
+from zico_contracts.codejob import CodeSpec, auth_header
+
+log = logging.getLogger(__name__)
+
+FLUSH_S = 0.25
+HTTP_TIMEOUT_S = 60.0
+CHUNK_BYTES = 1 << 20
+
+
+class CodeFetchError(RuntimeError):
+    """The job's code could not be fetched or unpacked; the message says why (the job then fails with it)."""
+
+
+@dataclass
+class JobDirs:
+    """Where a command job runs: its unpacked code (read-only in the sandbox), output and scratch dirs."""
+
+    code_dir: Path
+    output_dir: Path
+    scratch_dir: Path
+
+
+def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
+    """Fetch and unpack ``code`` (once per content hash) and make the run's directories. Raises CodeFetchError."""
+    import requests
+
+    code_dir = Path(var_dir) / "code" / code.code_sha256
+    if not (code_dir / ".complete").exists():
+        tmp = code_dir.with_name(code_dir.name + f".part-{os.getpid()}-{threading.get_ident()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        archive = tmp.with_suffix(".archive")
+        try:
+            digest, size = hashlib.sha256(), 0
+            with requests.get(code.code_url, headers=auth_header(code.job_token), stream=True,
+                              timeout=HTTP_TIMEOUT_S) as r:
+                if r.status_code != 200:
+                    raise CodeFetchError(f"fetching the code from {code.code_url}: HTTP {r.status_code} "
+                                         f"{r.text[:200]!r}")
+                with open(archive, "wb") as f:
+                    for chunk in r.iter_content(CHUNK_BYTES):
+                        size += len(chunk)
+                        if size > code.code_size_bytes:
+                            raise CodeFetchError(f"the code archive is larger than the {code.code_size_bytes} "
+                                                 "bytes the run spec says")
+                        digest.update(chunk)
+                        f.write(chunk)
+            if digest.hexdigest() != code.code_sha256:
+                raise CodeFetchError(f"the code archive's sha256 {digest.hexdigest()} is not the run spec's "
+                                     f"{code.code_sha256}")
+            extract_archive(archive, tmp, ArchiveLimits.from_dict(code.code_limits))
+            (tmp / ".complete").write_text(code.code_sha256)
+            try:
+                tmp.rename(code_dir)  # atomic; a concurrent fetch of the same code may have won
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except (requests.RequestException, OSError, ArchiveError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CodeFetchError(f"the job's code could not be fetched or unpacked: {type(exc).__name__}: {exc}") \
+                from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            archive.unlink(missing_ok=True)
+    run_dir = Path(var_dir) / "jobs" / str(job_id)
+    shutil.rmtree(run_dir, ignore_errors=True)  # a requeued run starts clean
+    dirs = JobDirs(code_dir, run_dir / "output", run_dir / "scratch")
+    for d in (dirs.output_dir, dirs.scratch_dir):
+        d.mkdir(parents=True)
+        os.chmod(d, 0o777)  # the sandbox's unprivileged uid writes here; nobody else sees run_dir's siblings
+    os.chmod(run_dir, 0o711)
+    return dirs
+
+
+def script_spec(code: CodeSpec, dirs: JobDirs, device: str, data_dir: Path) -> dict[str, Any]:
+    """The job process's spec (``workers.scriptproc``, zico_contracts.userjob) for ``code`` in ``dirs``; the
+    worker's data directory (read-only in the sandbox) is made if missing."""
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    return {"kind": "script", "code_dir": str(dirs.code_dir), "argv": list(code.command), "env": dict(code.env),
+            "device": device, "output_dir": str(dirs.output_dir), "scratch_dir": str(dirs.scratch_dir),
+            "data_dir": str(data_dir)}
+
+
+class LogRelay:
+    """The job's output lines, written to its log stream (zico_contracts.joblog) by a flusher thread."""
+
+    def __init__(self, redis_client, job_id: int):
+        self.redis, self.job_id = redis_client, job_id
+        self._lines: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.dropped = 0
+        self.tail: list[str] = []  # the last stderr lines, for a failure reason
+        self._thread = threading.Thread(target=self._run, name=f"job-{job_id}-log", daemon=True)
+        self._thread.start()
+
+    def line(self, stream: str, text: str) -> None:
+        """One output line (``stream`` stdout, stderr or system); called from the agent's reader threads."""
+        with self._lock:
+            self._lines.append(joblog.entry(text, stream))
+
+    def _flush(self) -> None:
+        with self._lock:
+            lines, self._lines = self._lines, []
+        if not lines:
+            return
+        try:
+            joblog.append(self.redis, self.job_id, lines)
+        except Exception as exc:  # Redis is down: the lines are lost, the job goes on
+            self.dropped += len(lines)
+            log.warning("job %s: %d output lines not written to its log stream: %s", self.job_id, len(lines), exc)
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_S):
+            self._flush()
+
+    def close(self) -> None:
+        """Write what is left (and a note of what was dropped) and stop the flusher."""
+        self._stop.set()
+        self._thread.join(5)
+        if self.dropped:
+            self.line("system", f"{self.dropped} output lines were lost while the log store was unreachable")
+        self._flush()
+
+
+def upload_outputs(code: CodeSpec, output_dir: Path) -> dict[str, Any]:
+    """Upload every regular file under ``output_dir`` (relative POSIX paths) to ``files_url``, within
+    ``output_limits`` (``max_files``, ``max_bytes``, ``max_file_bytes``). Returns ``{"output_files",
+    "output_bytes", "output_skipped": [reasons]}``; never raises (an upload that fails is a reason)."""
+    import requests
+
+    limits = code.output_limits or {}
+    max_files, max_bytes = int(limits.get("max_files", 1000)), int(limits.get("max_bytes", 1 << 30))
+    max_file = int(limits.get("max_file_bytes", max_bytes))
+    sent, total, skipped = 0, 0, []
+    for path in sorted(p for p in Path(output_dir).rglob("*") if p.is_file() and not p.is_symlink()):
+        rel = path.relative_to(output_dir).as_posix()
+        size = path.stat().st_size
+        if sent >= max_files or total + size > max_bytes or size > max_file:
+            skipped.append(f"{rel}: over the output limits ({max_files} files, {max_bytes} bytes, "
+                           f"{max_file} bytes a file)")
+            continue
+        try:
+            with open(path, "rb") as f:
+                r = requests.post(code.files_url, headers=auth_header(code.job_token), data={"path": rel},
+                                  files={"file": (path.name, f)}, timeout=HTTP_TIMEOUT_S)
+            if r.status_code not in (200, 201):
+                skipped.append(f"{rel}: HTTP {r.status_code} {r.text[:200]}")
+                continue
+        except (requests.RequestException, OSError) as exc:
+            skipped.append(f"{rel}: {type(exc).__name__}: {exc}")
+            continue
+        sent += 1
+        total += size
+    return {"output_files": sent, "output_bytes": total, "output_skipped": skipped[:20]}
+
+
+def cleanup(dirs: JobDirs) -> None:
+    """Remove the run's output and scratch directories (the code stays cached under its hash)."""
+    shutil.rmtree(dirs.output_dir.parent, ignore_errors=True)
+
