@@ -17,7 +17,7 @@ from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
 from .conditional import with_etag
-from .fields import StrictIntegerField
+from .fields import ReasonField, StrictIntegerField
 from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
@@ -51,6 +51,7 @@ class JobSerializer(serializers.ModelSerializer):
     profile = serializers.SerializerMethodField(help_text="the latest memory profile's headline figures")
     params = serializers.DictField(read_only=True, help_text="the workload's params, defaults filled in")
     metrics = serializers.DictField(read_only=True, help_text="iterations_per_s, peak_bytes, delay_s, slowdown, ...")
+    failure_reason = ReasonField(read_only=True, help_text="why the job failed, in words (empty unless failed)")
 
     class Meta:
         model = Job

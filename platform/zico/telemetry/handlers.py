@@ -19,6 +19,7 @@ from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
+from zico_contracts.oom import readable_reason
 
 from . import keys
 from .downsample import Point
@@ -173,7 +174,8 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
         Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
     else:
-        try_transition(job, status, device=dev, reason=str(msg.get("reason") or "")[:2000], metrics=metrics)
+        try_transition(job, status, device=dev, reason=readable_reason(str(msg.get("reason") or ""))[:2000],
+                       metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
     end_placement_if_done(placement, f"job {job.pk} {status}")

@@ -28,6 +28,7 @@ from django.template.loader import render_to_string
 from zico.jobs.models import Event, Job
 from zico.jobs.transitions import CANCELLABLE, JobStatus as S
 from zico.telemetry.models import TimelinePoint
+from zico_contracts.oom import readable_reason
 
 from . import access
 
@@ -86,7 +87,7 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
         "delay_s": m.get("delay_s"), "slowdown": m.get("slowdown"),
         "solo_iteration_s": m.get("solo_iteration_s"), "mean_iteration_s": m.get("mean_iteration_s"),
         "queue_position": position, "waiting_reason": job.waiting_reason or "",
-        "failure_reason": job.failure_reason,
+        "failure_reason": readable_reason(job.failure_reason),
         "span": {"submitted": job.created_at.timestamp(),
                  "started": job.started_at.timestamp() if job.started_at else None,
                  "finished": job.finished_at.timestamp() if job.finished_at else None,
