@@ -182,12 +182,22 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
 
 
 def on_profile_done(msg: dict[str, Any], r) -> None:
+    """Store a profile's curve (profiling -> ready), or fail the job with the profiling error; a failure that
+    predicts an identical job's is remembered in the job's metrics (``profile_failure``, Note [Known memory
+    needs] in zico.jobs.known), so identical jobs are refused instead of profiled again."""
     job = _job(msg)
     if job is None:
         return
     if msg.get("error"):
-        try_transition(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000],
-                       device=device_for(msg["device"]))
+        from zico.jobs.known import profile_failure
+
+        dev = device_for(msg["device"])
+        error = readable_reason(str(msg["error"]))
+        others = dev is not None and Job.objects.filter(status__in=[S.PLACED, S.RUNNING], placements__device=dev,
+                                                        placements__ended_at__isnull=True).exists()
+        failure = profile_failure(error[:1500], dev, others)
+        try_transition(job, S.FAILED, reason=f"profiling failed: {error}"[:2000], device=dev,
+                       metrics={"profile_failure": failure} if failure else None)
         return
     MemoryProfile.record(job, msg["curve"])
     if job.status == S.PROFILING:
