@@ -47,6 +47,17 @@ def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link,
     assert dev.gate_headroom == DEFAULT_GATE_HEADROOM  # an older worker sends none: the default
 
 
+@pytest.mark.parametrize("before, after", [("draining", "draining"), ("offline", "online"), ("online", "online")])
+def test_a_restarted_worker_keeps_its_device_draining(consumer, link, make_device, before, after):
+    dev = make_device()
+    Device.objects.filter(pk=dev.pk).update(status=before)  # set by staff (draining) or by the lost-worker check
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, pid=2,
+              started_at=time.time())
+    link.flush()
+    drain(consumer)
+    assert Device.objects.get(pk=dev.pk).status == after
+
+
 def test_worker_up_registers_the_workers_gate_headroom_and_refuses_a_bad_one(consumer, link):
     common = dict(kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30, budget_bytes=6 << 30,
                   host="h1", pid=123, slots=2)

@@ -93,7 +93,8 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
             dev.name, dev.uuid, dev.total_bytes = str(msg.get("name", ""))[:100], str(msg.get("uuid", ""))[:64], total
             dev.budget_bytes = min(dev.budget_bytes, total)
             dev.gate_headroom = headroom
-            dev.status = "online"
+            if dev.status == "offline":  # a draining device stays draining (Device.set_status)
+                dev.status = "online"
             dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "gate_headroom", "status"])
         Node.objects.filter(pk=node.pk).update(status="online")
     dev.heartbeat(_dt(msg["t"]))
