@@ -20,7 +20,7 @@ from .conditional import with_etag
 from .fields import ReasonField, StrictIntegerField
 from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
-from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
+from .timelines import CURSOR, JOB_TIMELINE, JOB_WINDOW_PARAM, job_timeline_data
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {}})
@@ -195,8 +195,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
             raise exceptions.NotFound("this job has no memory profile yet")
         return Response(ProfileSerializer(latest).data)
 
-    @extend_schema(responses={200: JOB_TIMELINE}, parameters=[WINDOW, CURSOR])
+    @extend_schema(responses={200: JOB_TIMELINE}, parameters=[JOB_WINDOW_PARAM, CURSOR])
     @action(detail=True, methods=["get"])
     def timeline(self, request, pk=None):
-        """The job's allocated/reserved bytes over time, stored and live (as the job page's chart)."""
+        """The job's allocated/reserved bytes over time, stored and live (as the job page's chart): the last
+        ``window`` seconds (default 900), or ``window=job`` for the job's own span."""
         return Response(job_timeline_data(request, self.get_object()))
