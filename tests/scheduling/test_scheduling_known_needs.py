@@ -16,6 +16,8 @@ from zico.telemetry import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.tenants.models import Role
 
+from .test_scheduling_waiting import api  # noqa: F401 (fixture)
+
 from .conftest import GiB
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -165,3 +167,29 @@ def test_a_later_successful_profile_wins_over_an_earlier_failure(cluster, tenant
     fixed = _job(tenant, params=_full(PARAMS))
     MemoryProfile.record(fixed, triangular_curve(GiB, 2 * GiB, 0.2))  # e.g. a curve stored with manage.py curve
     assert submit().status_code == 201
+
+
+def test_identical_jobs_queued_together_are_profiled_once_and_the_others_take_its_curve(cluster, tenant, api,
+                                                                                       queued_messages):
+    scheduler = Scheduler()  # one process: its first round alone resends what an earlier one left profiling
+    first, second = _job(tenant), _job(tenant)
+    res = scheduler.run_round()
+    assert res.profiling == [first.pk] and res.waiting[second.pk].kind == "identical_profiling"
+    body = api(second)
+    assert (body["status"], body["waiting_kind"]) == ("queued", "identical_profiling")
+    assert body["waiting_reason"] == (f"waiting for the profile of identical job {first.pk} (same workload and "
+                                      "params): it is not profiled twice")
+    third = _job(tenant)  # submitted while the first one profiles
+    assert scheduler.run_round().profiling == [] and Job.objects.get(pk=third.pk).status == "queued"
+    MemoryProfile.record(first, triangular_curve(GiB, 3 * GiB, 0.2))  # the worker's profile_done, as the consumer
+    first.transition("ready")
+    res = scheduler.run_round()
+    assert {second.pk, third.pk} <= set(res.ready) and not res.profiling
+    assert _profile_tasks(queued_messages, cluster) == [first.pk]  # one profile for the three
+
+
+def test_a_held_job_is_profiled_after_all_if_the_identical_profile_ends_without_a_curve(cluster, tenant):
+    first, second = _job(tenant), _job(tenant)
+    Scheduler().run_round()
+    first.transition("cancelled")  # a cancel says nothing about the workload
+    assert Scheduler().run_round().profiling == [second.pk]

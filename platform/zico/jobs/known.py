@@ -73,7 +73,8 @@ def params_key(workload: str, params: dict[str, Any]) -> tuple[str, str]:
     return workload, json.dumps(params or {}, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
 
 
-def _any_identical(jobs: Iterable[Job], prefix: str = "") -> tuple[Q, dict]:
+def any_identical(jobs: Iterable[Job], prefix: str = "") -> tuple[Q, dict]:
+    """A Q matching jobs identical to any of ``jobs``, and ``{params_key: one of jobs}`` per distinct key."""
     distinct = {params_key(j.workload, j.params): j for j in jobs}
     q = Q(pk__in=[])
     for j in distinct.values():
@@ -94,7 +95,7 @@ def profiles_to_reuse(jobs: list[Job]) -> dict[int, MemoryProfile]:
     job (its ``job`` loaded): ``{job id: profile}``; jobs with none are left out. Two queries at most."""
     if not jobs:
         return {}
-    q, _ = _any_identical(jobs, "job__")
+    q, _ = any_identical(jobs, "job__")
     qs = _newest_per_key(MemoryProfile.objects.filter(q).exclude(job__in=[j.pk for j in jobs if j.pk])
                          .select_related("job"),
                          "job__", ("-created_at", "-id"))
@@ -150,7 +151,7 @@ def remembered_failures(jobs: list[Job], largest_budget: int | None) -> dict[int
     (:func:`failure_applies`): ``{job id: failed job}``. One query."""
     if not jobs:
         return {}
-    q, _ = _any_identical(jobs)
+    q, _ = any_identical(jobs)
     qs = _newest_per_key(Job.objects.filter(q, status=JobStatus.FAILED, metrics__has_key="profile_failure")
                          .exclude(pk__in=[j.pk for j in jobs if j.pk]), "", ("-finished_at", "-id"))
     limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)

@@ -216,6 +216,10 @@ class Scheduler:
         transition_many(ready, JobStatus.READY, reason="memory curve known")
         res.ready += [j.pk for j in ready]
         left, estimated = self._known_needs([j for j in queued if j.pk not in with_curve], res)
+        left, held = _one_profile_per_kind(left)
+        if held:
+            res.waiting.update({j.pk: why for j, why in held})
+            waiting.record(held, JobStatus.QUEUED)
         profiler = _profiling_device() if left else None
         if profiler is None:
             if left:  # no online device to profile on
@@ -344,6 +348,28 @@ class _Clock:
         now = time.perf_counter()
         self.timings[step] = self.timings.get(step, 0.0) + now - self.t
         self.t = now
+
+
+def _one_profile_per_kind(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, reasons.WaitReason]]]:
+    """Of queued ``jobs`` to profile (queue order), the first of each kind of identical jobs (zico.jobs.known)
+    that no job is profiling now; the others, with why they wait: an identical job's profile will serve
+    them (the next round copies it). One query."""
+    if not jobs:
+        return [], []
+    q, _ = known.any_identical(jobs)
+    owner = {}
+    for pk, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
+                                 .values_list("pk", "workload", "params")):
+        owner.setdefault(known.params_key(workload, params), pk)
+    send, held = [], []
+    for j in jobs:
+        key = known.params_key(j.workload, j.params)
+        if key in owner:
+            held.append((j, reasons.identical_profiling(owner[key])))
+        else:
+            owner[key] = j.pk
+            send.append(j)
+    return send, held
 
 
 def _redis():
