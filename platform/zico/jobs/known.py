@@ -239,7 +239,7 @@ def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> t
             return "params", (f"needs ≥ {peak} bytes ({source}); the largest device budget is {largest} bytes "
                               "(shrink the batch or the model)")
         return None
-    probe = Job(workload=workload, params=params)
+    probe = Job(workload=workload, params=params)  # not saved: its id is None, the key of its answer
     failed = remembered_failures([probe], largest).get(None)
     if failed is not None:
         return "params", f"{failure_sentence(failed)}; an identical job would fail the same way (change the params)"
