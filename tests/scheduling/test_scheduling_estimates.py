@@ -13,7 +13,7 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from zico.cluster.models import Device, Node
+from zico.cluster.models import Device
 from zico.jobs import known
 from zico.jobs.models import Job
 from zico.scheduling.estimates import BackgroundEstimates
