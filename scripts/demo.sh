@@ -11,11 +11,35 @@ export DEBUG="${DEBUG:-1}"
 export ZICO_PORT="${ZICO_PORT:-8000}"
 export ZICO_BASE_URL="http://127.0.0.1:$ZICO_PORT"
 
+# stop_all: SIGTERM to every process with a pid file in $RUN_DIR, then wait until each has exited, at most
+# ZICO_STOP_WAIT_S seconds (default 20) for all of them together; one still running then gets SIGKILL. It returns
+# only once every process it signalled is gone (a process stuck in the kernel past 5 s after SIGKILL is named),
+# and says what it stopped and how.
+STOP_WAIT_S="${ZICO_STOP_WAIT_S:-20}"
+_alive() {  # a zombie (exited, not yet reaped by its parent) counts as gone
+  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != Z ]
+}
 stop_all() {
+  local f name pid entry started=$SECONDS deadline pending=()
   for f in "$RUN_DIR"/*.pid; do
     [ -f "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null && log "stopped $(basename "$f" .pid)"
-    rm -f "$f"
+    name="$(basename "$f" .pid)"; pid="$(cat "$f")"; rm -f "$f"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then pending+=("$name:$pid")
+    else log "$name (pid $pid) was not running"; fi
+  done
+  [ ${#pending[@]} -eq 0 ] && return 0
+  deadline=$((SECONDS + STOP_WAIT_S))
+  for entry in "${pending[@]}"; do
+    name="${entry%%:*}"; pid="${entry##*:}"
+    while _alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    if _alive "$pid"; then
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do _alive "$pid" || break; sleep 0.1; done
+      if _alive "$pid"; then log "$name (pid $pid) did not stop within ${STOP_WAIT_S} s of SIGTERM, nor 5 s after SIGKILL"
+      else log "$name (pid $pid) did not stop within ${STOP_WAIT_S} s of SIGTERM: killed"; fi
+    else
+      log "stopped $name (pid $pid) in $((SECONDS - started)) s"
+    fi
   done
 }
 if [ "${1:-}" = stop ]; then stop_all; exit 0; fi

@@ -334,16 +334,16 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _check_out(text: str) -> Path:
-    """``--out`` as a path prefix: it names a file, not a folder, and its folder exists or can be
-    made (checked without creating anything). Raises UsageError."""
+    """``--out`` as a path prefix: it names a file, not a folder, in a folder that exists and is writable
+    (no folder is created: a typo in it would otherwise scatter reports). Raises UsageError."""
     out = Path(text)
     if not text.strip() or text.endswith(os.sep) or out.is_dir():
         raise UsageError(f"--out {text!r}: give a path prefix such as var/run1 (writes var/run1.json and .md), "
                          "not a folder")
     p = out.parent.absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+    if not p.is_dir():
+        raise UsageError(f"--out {text!r}: no such folder {str(p)!r} (create it first, e.g. mkdir -p {str(p)!r})")
+    if not os.access(p, os.W_OK | os.X_OK):
         raise UsageError(f"--out {text!r}: cannot write under {str(p)!r}")
     return out
 
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="budget = this x sum of solo peaks, in (0, 1]; raised to the feasible floor if below")
     ap.add_argument("--capacity", default=None, help="CPU pool capacity, e.g. 2GiB (cpu only)")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--out", required=True, help="path prefix: writes <out>.json and <out>.md")
+    ap.add_argument("--out", required=True, help="path prefix in an existing folder: writes <out>.json and <out>.md")
     a = ap.parse_args(argv)
     try:
         try:
@@ -397,7 +397,6 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
         out = _check_out(a.out)
         report = run(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(markdown(report))
     except UsageError as exc:

@@ -43,6 +43,7 @@ import threading
 import time
 from typing import Any
 
+from zico_contracts.oom import describe_oom
 from zico_contracts import agent as proto
 
 from .gate import RunStopped as Stopped  # the agent (or SIGTERM) asked the job to stop: cancelled or aborted
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"[:1500]
         oom = _last_oom(spec)
-        done = {"status": "failed", "reason": reason + (f" (allocator: {oom})" if oom else ""), "metrics": {}}
+        done = {"status": "failed", "reason": reason + (f" ({describe_oom(oom)})" if oom else ""), "metrics": {}}
     control.send("done", **done)
     control.sock.shutdown(socket.SHUT_WR)
     sys.stdout.flush()

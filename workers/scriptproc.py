@@ -48,6 +48,7 @@ import time
 import traceback
 from typing import Any
 
+from zico_contracts.oom import describe_oom
 from zico_contracts import userjob
 
 from . import jobproc
@@ -199,7 +200,7 @@ def outcome(exc: BaseException | None, spec: dict[str, Any]) -> dict[str, Any]:
     traceback.print_exception(exc)
     reason = f"{type(exc).__name__}: {exc}"[:1500] + where(exc, spec["code_dir"])
     oom = jobproc._last_oom(spec)
-    return {"status": "failed", "reason": reason + (f" (allocator: {oom})" if oom else "")}
+    return {"status": "failed", "reason": reason + (f" ({describe_oom(oom)})" if oom else "")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,4 +8,6 @@ pulling Django, Celery or torch (``tests/workers/test_agent_protocol.py`` checks
   code fields, the job token header.
 * :mod:`zico_contracts.codearchive` — code archives: the upload checks and safe extraction (both ends).
 * :mod:`zico_contracts.joblog` — a job's output lines: the Redis stream's key, fields and cap.
+* :mod:`zico_contracts.oom` — the shared allocator's out-of-memory report (``zico_allocator.last_oom()``) as a
+  sentence for failure reasons (``describe_oom``), and the rewrite of reasons that carry the report's dict repr.
 """

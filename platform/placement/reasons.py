@@ -31,8 +31,9 @@ TENANTS_DO_NOT_SHARE = "tenants_do_not_share"
 NO_ROOM = "no_room"                      # not enough budget beside the jobs already on the device
 SLOWDOWN_LIMIT = "slowdown_limit"
 PLACEMENT_REFUSED = "placement_refused"  # the policy placed it but the locked re-check refused
+IDENTICAL_PROFILING = "identical_profiling"  # an identical job is being profiled; its curve will serve this one
 KINDS = (QUOTA, NO_DEVICE, DEVICE_OFFLINE, NO_DEVICE_FITS, DEVICE_BUSY, TENANTS_DO_NOT_SHARE, NO_ROOM,
-         SLOWDOWN_LIMIT, PLACEMENT_REFUSED)
+         SLOWDOWN_LIMIT, PLACEMENT_REFUSED, IDENTICAL_PROFILING)
 
 # Note [Waiting reasons]: per-device refusals, most informative first.
 _CLOSENESS = {SLOWDOWN_LIMIT: 0, NO_ROOM: 1, TENANTS_DO_NOT_SHARE: 2, DEVICE_BUSY: 3, NO_DEVICE_FITS: 4}
@@ -108,6 +109,13 @@ def no_profiling_device(unavailable: Sequence[tuple[str, float, str]]) -> WaitRe
     """A job without a memory curve waits for an online device to be profiled on."""
     states = f" ({', '.join(f'{label} {status}' for label, _, status in unavailable)})" if unavailable else ""
     return WaitReason(NO_DEVICE, f"no device is online to profile it on{states}", figures={"online_devices": 0})
+
+
+def identical_profiling(job_id: int) -> WaitReason:
+    """A job without a memory curve waits for an identical job's profile (same workload and params), which will
+    serve it too, instead of being profiled a second time."""
+    return WaitReason(IDENTICAL_PROFILING, f"waiting for the profile of identical job {job_id} (same workload and "
+                                           "params): it is not profiled twice", figures={"job": job_id})
 
 
 def no_device_fits(job: Job, devices: Sequence[Device]) -> WaitReason:

@@ -45,6 +45,9 @@ VAR_DIR = Path(env.str("ZICO_VAR_DIR", default=str(BASE_DIR / "var")))
 ZICO_DATA_DIR = Path(env.str("ZICO_DATA_DIR", default=str(VAR_DIR / "data")))
 # Where running jobs write checkpoints so that a job whose worker was lost resumes on requeue.
 ZICO_CHECKPOINT_DIR = Path(env.str("ZICO_CHECKPOINT_DIR", default=str(VAR_DIR / "checkpoints")))
+# Where CPU estimates of memory curves are kept (workers.curves.estimate_cache): written by ``manage.py curve
+# estimate`` and the scheduler's background estimates, read by the submission check (zico.jobs.known).
+ZICO_ESTIMATE_CACHE_DIR = Path(env.str("ZICO_ESTIMATE_CACHE_DIR", default=str(VAR_DIR / "cache" / "estimates")))
 # Bearer token that lets a Prometheus server scrape /metrics without a staff session (empty: staff only).
 ZICO_METRICS_TOKEN = env.str("ZICO_METRICS_TOKEN", default="")
 # Host name used in queue names (cpu.<host>, gpu.<host>.<index>).
@@ -269,6 +272,10 @@ def _slowdown_limit(var: str, default: float) -> float:
 
 
 ZICO_MAX_SLOWDOWN = _slowdown_limit("ZICO_MAX_SLOWDOWN", 1.6)
+# Whether ``runscheduler`` estimates, in a child process beside its rounds, the memory curve of a catalog job it
+# sends to profiling when no estimate is stored (zico.scheduling.estimates); and the seconds one may take.
+ZICO_SCHEDULER_ESTIMATES = _bool("ZICO_SCHEDULER_ESTIMATES", default=True)
+ZICO_ESTIMATE_TIME_LIMIT_S = _positive("ZICO_ESTIMATE_TIME_LIMIT_S", 300.0, float)
 
 # --- Rate limits (zico/ratelimits.py) -------------------------------------------------------
 # Counters live in Redis (the "ratelimit" cache) so that every gunicorn process shares them. While Redis

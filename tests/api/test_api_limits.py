@@ -63,6 +63,52 @@ def test_a_budget_below_the_running_groups_need_is_a_409_naming_the_need(persona
     assert ok.status_code == 200 and ok.data["budget_bytes"] == int(need)
 
 
+def test_the_409s_advice_can_be_followed_through_the_api(personas, devices, client_for):
+    small, _ = devices
+    job = _running_job(personas.tenant, small, peak=6 * GIB, persistent=2 * GIB)
+    staff = client_for(personas.staff)
+    r = staff.patch(f"/api/devices/{small.pk}/", {"budget_bytes": 2 * GIB}, format="json")
+    assert r.status_code == 409 and 'set the device draining (PATCH {"status": "draining"})' in r.data["budget_bytes"][0]
+    # drain and lower in one request: the budget is still refused, so the status is left as it was
+    r = staff.patch(f"/api/devices/{small.pk}/", {"status": "draining", "budget_bytes": 2 * GIB}, format="json")
+    assert r.status_code == 409 and Device.objects.get(pk=small.pk).status == "online"
+    assert not Event.objects.filter(kind="device_status").exists()
+    r = staff.patch(f"/api/devices/{small.pk}/", {"status": "draining"}, format="json")
+    assert r.status_code == 200 and r.data["status"] == "draining"
+    ev = Event.objects.get(kind="device_status", device=small)
+    assert ev.details == {"old": "online", "new": "draining"} and ev.actor == personas.staff
+    from zico.scheduling.snapshot import take_snapshot
+    assert small.pk not in take_snapshot().devices  # no new job is placed on it
+    job.transition("succeeded")
+    r = staff.patch(f"/api/devices/{small.pk}/", {"budget_bytes": 2 * GIB, "status": "online"}, format="json")
+    assert r.status_code == 200 and (r.data["budget_bytes"], r.data["status"]) == (2 * GIB, "online")
+
+
+@pytest.mark.parametrize("body, field", [({"status": "offline"}, "status"), ({"status": "lost"}, "status"),
+                                         ({}, "budget_bytes"), ({"status": "draining", "name": "x"}, "name")])
+def test_a_bad_device_patch_is_a_400_naming_the_field(personas, devices, client_for, body, field):
+    small, _ = devices
+    r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", body, format="json")
+    assert r.status_code == 400 and field in r.data, r.data
+    assert Device.objects.get(pk=small.pk).status == "online"
+
+
+def test_an_offline_device_cannot_be_drained_or_set_online_by_hand(personas, devices, client_for):
+    small, _ = devices
+    Device.objects.filter(pk=small.pk).update(status="offline")  # its worker was lost
+    for status in ("draining", "online"):
+        r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", {"status": status}, format="json")
+        assert r.status_code == 409 and "offline" in r.data["status"][0]
+    assert Device.objects.get(pk=small.pk).status == "offline"
+
+
+@pytest.mark.parametrize("who", ["owner", "admin", "teammate", "viewer", "outsider"])
+def test_tenant_roles_cannot_drain_a_device(personas, devices, client_for, who):
+    small, _ = devices
+    r = client_for(getattr(personas, who)).patch(f"/api/devices/{small.pk}/", {"status": "draining"}, format="json")
+    assert r.status_code == 403 and Device.objects.get(pk=small.pk).status == "online"
+
+
 def test_jobs_that_have_ended_do_not_hold_the_budget_up(personas, devices, client_for):
     small, _ = devices
     job = _running_job(personas.tenant, small, peak=12 * GIB, persistent=2 * GIB)
@@ -148,9 +194,10 @@ def test_an_unknown_tenant_field_is_a_400(personas, client_for):
 
 def test_a_read_only_device_field_is_a_400(personas, devices, client_for):
     small, _ = devices
-    r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", {"budget_bytes": GIB, "status": "online"},
+    r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", {"budget_bytes": GIB, "total_bytes": GIB},
                                          format="json")
-    assert r.status_code == 400 and r.data["status"][0].startswith("read-only")
+    assert r.status_code == 400 and r.data["total_bytes"][0].startswith("read-only")
+    assert Device.objects.get(pk=small.pk).budget_bytes == 16 * GIB
 
 
 def test_a_read_only_member_field_in_a_patch_is_a_400(personas, client_for):

@@ -38,7 +38,12 @@ def test_members_submit_a_command_in_their_project(personas, client_for, code_id
     r = client_for(getattr(personas, who)).post("/api/jobs/", spec(code_id), format="json")
     assert r.status_code == 201, r.content
     body = r.json()
-    assert (body["code"], body["workload"], body["params"]) == (code_id, "", {})
+    assert (body["code"], body["workload"]) == (code_id, "")
+    from zico.jobs.code_models import CodeArchive
+
+    # a command job's identity stands where a catalog job's params do: code, command and env (known.identical)
+    assert body["params"] == {"code_sha256": CodeArchive.objects.get(pk=code_id).sha256,
+                              "command": body["command"], "env": body["env"]}
     assert body["command"] == ["python", "train.py", "--lr", "0.1"] and body["env"] == {"WANDB_MODE": "offline",
                                                                                           "SEED": "7"}
     assert (body["status"], body["budget_bytes"], body["priority"]) == ("queued", 1 << 30, 5)
@@ -92,7 +97,7 @@ def test_the_run_spec_carries_the_code_fields_and_a_token_that_fetches_the_code(
     placement = Placement.objects.create(device=devices[0], plan={})
     run = placement.run_spec(job, curve={})
     code = CodeSpec.from_spec(run)
-    assert (run["workload"], run["params"]) == ("", {})
+    assert run["workload"] == "" and run["params"]["code_sha256"] == code.code_sha256  # its identity (known.identical)
     assert code.command == job.command and code.env == job.env and code.code_format == "tar.gz"
     assert code.code_url == f"{settings.ZICO_WORKER_API_URL}/api/worker/jobs/{job.pk}/code"
     assert code.code_limits["max_bytes"] == settings.ZICO_CODE_MAX_BYTES

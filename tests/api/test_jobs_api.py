@@ -220,3 +220,22 @@ def test_listing_costs_the_same_queries_for_one_job_or_many(personas, client_for
     for _ in range(5):
         Job.objects.create(tenant=personas.tenant, owner=personas.teammate, workload="digits-cnn")
     assert queries() == one
+
+
+def test_a_stored_allocator_dict_in_a_failure_reason_reads_as_a_sentence(personas, owners_job, client_for):
+    # a reason stored before the web side rewrote them: the worker's Python dict repr of the allocator report
+    oom = {"device": 0, "reason": "capacity", "job": owners_job.pk, "requested_bytes": 5 << 20,
+           "rounded_bytes": 6 << 20, "allocated_bytes": 15 * GIB, "reserved_bytes": 16 * GIB,
+           "budget_bytes": None, "capacity_bytes": 16 * GIB, "detail": None}
+    raw = f"OutOfMemoryError: CUDA out of memory (allocator: {oom})"
+    Job.objects.filter(pk=owners_job.pk).update(status="failed", failure_reason=raw)
+    Event.record(Event.Kind.STATUS_CHANGE, job=owners_job, reason=raw, **{"from": "running", "to": "failed"})
+    sentence = (f"OutOfMemoryError: CUDA out of memory (the allocator refused 6.00 MiB for job {owners_job.pk} on "
+                "device 0: the device has no more memory (capacity 16.00 GiB) (reserved 16.00 GiB, allocated "
+                "15.00 GiB))")
+    c = client_for(personas.owner)
+    assert c.get(f"/api/jobs/{owners_job.pk}/").data["failure_reason"] == sentence
+    assert c.get("/api/jobs/").data["results"][0]["failure_reason"] == sentence  # the list's fast path too
+    page = c.get(f"/jobs/{owners_job.pk}/").content.decode()
+    assert "the device has no more memory (capacity 16.00 GiB)" in page and "&#x27;reason&#x27;" not in page
+    assert "capacity_bytes" not in page  # neither in the head nor in the log's status change

@@ -103,3 +103,30 @@ def test_a_bad_cursor_is_a_400_naming_it(personas, two_jobs):
     _, mine, _ = two_jobs
     r = bearer(personas.owner).get(f"/api/jobs/{mine.pk}/timeline/?cursor=not-a-cursor")
     assert r.status_code == 400 and "cursor" in r.json()
+
+
+def test_a_jobs_timeline_takes_the_jobs_own_span_or_a_listed_window(personas, two_jobs):
+    _, mine, _ = two_jobs
+    c = bearer(personas.owner)
+    whole = c.get(f"/api/jobs/{mine.pk}/timeline/?window=job").json()
+    assert whole["window"] == "job" and whole["range"][0] == pytest.approx(mine.created_at.timestamp())
+    assert c.get(f"/api/jobs/{mine.pk}/timeline/").json()["window"] == 900  # the default
+    assert c.get(f"/api/jobs/{mine.pk}/timeline/?window=3600").json()["window"] == 3600
+    r = c.get(f"/api/jobs/{mine.pk}/timeline/?window=60")
+    assert r.status_code == 400 and r.json()["window"] == ["expected one of 300, 900, 3600, 21600, 86400 seconds, "
+                                                           "got '60'"]
+    small, _, _ = two_jobs  # a device has no "job" span
+    assert bearer(personas.staff).get(f"/api/devices/{small.pk}/timeline/?window=job").status_code == 400
+
+
+def test_the_schema_documents_each_timelines_window_values(personas):
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+    def window(path):
+        [p] = [p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "window"]
+        return p
+    job, device = window("/api/jobs/{id}/timeline/"), window("/api/devices/{id}/timeline/")
+    assert sorted(job["schema"]["enum"]) == sorted(["job", "300", "900", "3600", "21600", "86400"])
+    assert sorted(device["schema"]["enum"]) == [300, 900, 3600, 21600, 86400]
+    assert "default 900" in job["description"] and "own span" in job["description"]
+    assert "400" in device["description"]

@@ -47,7 +47,7 @@ def test_estimate_takes_the_roofline_clock_on_request(settings, tmp_path):
 
 
 def test_a_cuda_estimate_is_answered_from_the_cache_the_second_time_unless_no_cache(settings, tmp_path):
-    settings.ZICO_DATA_DIR, settings.VAR_DIR = tmp_path / "data", tmp_path / "var"
+    settings.ZICO_DATA_DIR, settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "data", tmp_path / "var" / "cache" / "estimates"
     args = ("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0")
     first, second, fresh = run(*args), run(*args), run(*args, "--no-cache")
     assert "cache" not in first and "cache       hit " + str(tmp_path / "var" / "cache" / "estimates") in second

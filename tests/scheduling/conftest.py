@@ -40,10 +40,13 @@ def tenant(db):
 @pytest.fixture
 def make_job(db):
     """make_job(tenant, curve=None, status="ready"): a job with a stored curve (10 GiB peak,
-    2 GiB persistent, 0.2 s iterations by default; none when ``curve`` is False)."""
+    2 GiB persistent, 0.2 s iterations by default; none when ``curve`` is False, and then params of its
+    own: a seed no other job has, so no identical job's profile serves it, zico.jobs.known)."""
+    seeds = iter(range(1000, 10**6))
 
     def make(tenant, *, curve=None, status="ready", priority=0):
-        job = Job.objects.create(tenant=tenant, workload="digits-cnn", params={"iterations": 50}, priority=priority)
+        params = {"iterations": 50} if curve is not False else {"iterations": 50, "seed": next(seeds)}
+        job = Job.objects.create(tenant=tenant, workload="digits-cnn", params=params, priority=priority)
         if curve is not False:
             MemoryProfile.record(job, curve or triangular_curve(2 * GiB, 10 * GiB, 0.2))
         if status != "queued":

@@ -19,8 +19,9 @@ def test_a_queued_job_without_a_curve_is_sent_to_profiling(cluster, tenant, make
     assert Job.objects.get(pk=job.pk).status == "profiling"
     [(task, args)] = queued_messages(cluster[0].queue) + queued_messages(cluster[1].queue)
     assert task == "zico.device.profile_job"
-    assert args == [job.pk, {"workload": "digits-cnn", "params": {"iterations": 50}, "time_limit_s": 120.0,
-                                 "tenant": job.tenant_id}]
+    assert args == [job.pk, {"workload": "digits-cnn", "params": {"iterations": 50, "seed": job.params["seed"]},
+                             "time_limit_s": 120.0,
+                             "tenant": job.tenant_id}]
 
 
 def test_a_queued_job_with_a_curve_becomes_ready_and_is_placed_in_the_same_round(cluster, tenant, make_job, queued_messages):

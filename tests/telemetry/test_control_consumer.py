@@ -47,6 +47,17 @@ def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link,
     assert dev.gate_headroom == DEFAULT_GATE_HEADROOM  # an older worker sends none: the default
 
 
+@pytest.mark.parametrize("before, after", [("draining", "draining"), ("offline", "online"), ("online", "online")])
+def test_a_restarted_worker_keeps_its_device_draining(consumer, link, make_device, before, after):
+    dev = make_device()
+    Device.objects.filter(pk=dev.pk).update(status=before)  # set by staff (draining) or by the lost-worker check
+    link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, pid=2,
+              started_at=time.time())
+    link.flush()
+    drain(consumer)
+    assert Device.objects.get(pk=dev.pk).status == after
+
+
 def test_worker_up_registers_the_workers_gate_headroom_and_refuses_a_bad_one(consumer, link):
     common = dict(kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30, budget_bytes=6 << 30,
                   host="h1", pid=123, slots=2)
@@ -109,6 +120,25 @@ def test_a_failed_run_keeps_its_reason(consumer, link, tenant, make_device, make
     drain(consumer)
     job.refresh_from_db()
     assert job.status == "failed" and "loss is nan" in job.failure_reason
+
+
+def test_a_runs_allocator_report_is_stored_as_a_sentence(consumer, link, tenant, make_device, make_placed_job):
+    job, placement = make_placed_job(tenant, make_device())
+    oom = {"device": -1, "reason": "budget", "timestamp_s": 1.7e9, "job": job.pk, "requested_bytes": 3 << 20,
+           "rounded_bytes": 4 << 20, "job_allocated_bytes": 1 << 30, "allocated_bytes": 2 << 30,
+           "reserved_bytes": 3 << 30, "budget_bytes": 3 << 30, "capacity_bytes": None, "free_cached_bytes": 0,
+           "largest_free_block": 0, "detail": None}
+    link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=5, pid=1)
+    link.emit("job_finished", job=job.pk, placement=placement.pk, status="failed", metrics={},
+              reason=f"OutOfMemoryError: Zico CPU pool: out of memory (allocator: {oom})")  # as workers write it
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.failure_reason == (f"OutOfMemoryError: Zico CPU pool: out of memory (the allocator refused 4.00 MiB "
+                                  f"for job {job.pk} on device -1: the device budget of 3.00 GiB was reached "
+                                  "(reserved 3.00 GiB, allocated 2.00 GiB, of which this job 1.00 GiB))")
+    event = job.events.filter(kind=Event.Kind.STATUS_CHANGE, details__to="failed").get()
+    assert event.details["reason"] == job.failure_reason
 
 
 def test_a_run_of_a_stale_placement_is_aborted_and_cannot_finish_the_job(consumer, link, tenant, r, make_device, make_placed_job):

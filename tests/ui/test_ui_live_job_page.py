@@ -1,5 +1,7 @@
 """The job page follows a job through its whole life without a reload: every panel (curve, plan, log,
-throughput, ETA, peak, queue position, status, cancel button) changes while it runs. The job is driven
+throughput, ETA, peak, queue position, status, cancel button) changes while it runs, the plan follows the
+group when another job joins the device, and a finished job shows its final iteration, not the last live
+sample's. The job is driven
 by the workers' real messages (workers.link.Link -> Redis -> the control consumer's handlers), with the
 scheduler's own steps (profiling, placement) done through the models as the scheduler does them."""
 import time
@@ -83,6 +85,27 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(page.locator("#stat-progress")).to_contain_text("50")
     consumer._store(consumer.downsampler.flush(time.time() + 10))  # the stored timeline has the seconds now
     expect(page.locator("#stat-peak")).to_have_text("192.00 MiB", timeout=5000)
+    expect(page.locator('#job-summary dd[data-k="iteration"]')).to_have_text("19")  # the live sample's
+
+    # Another job joins the device: the scheduler opens a placement for it whose plan covers both (the running
+    # job first, with its new shift); the running job stays linked to its own placement.
+    partner = submit_job(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn",
+                         params={"iterations": 100, "batch_size": 16}, name="live-partner")
+    partner.transition("ready")
+    group = Placement.objects.create(device=cluster.device, plan={
+        "job_ids": [job.pk, partner.pk], "mode": "shift", "shifts_s": [0.0, 0.02], "predicted_slowdown": [1.15, 1.2],
+        "budget_bytes": 72 << 30, "predicted_peak_bytes": 300 * MIB, "sum_of_peaks_bytes": 384 * MIB})
+    group.jobs.add(partner)
+    partner.transition("placed", device=cluster.device)
+    plan = page.locator("#panel-plan")
+    expect(plan).to_contain_text("live-partner", timeout=5000)
+    expect(plan).to_contain_text("Its group changed")
+    expect(plan.locator("tbody tr")).to_have_count(2)
+    expect(plan.locator("tbody tr").nth(1)).to_contain_text("0.02 s")        # the partner's shift
+    expect(plan.locator("tbody tr").nth(1)).to_contain_text("×1.20")
+    expect(plan).to_contain_text("300.00 MiB")                                 # the group's predicted peak
+    expect(plan).to_contain_text("shift")
+    expect(page.locator("#panel-stats")).to_contain_text("predicted ×1.15")   # this job's, in the new plan
 
     send("job_finished", job=job.pk, placement=placement.pk, status="succeeded", reason="",
          metrics={"iterations_done": 200, "iterations_per_s": 24.0, "peak_allocated_bytes": 192 * MIB,
@@ -91,7 +114,10 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(page.locator("#job-status")).to_have_text("succeeded", timeout=5000)
     expect(page.locator("#panel-plan .tag")).to_have_text("ended")
     expect(page.locator("#stat-slowdown")).to_have_text("×1.40")
-    expect(page.locator("#panel-stats")).to_contain_text("predicted ×1.00")
+    expect(page.locator("#panel-stats")).to_contain_text("predicted ×1.15")
+    expect(page.locator('#job-summary dd[data-k="iteration"]')).to_have_text("200")  # final, not sample 19
+    expect(page.locator("#stat-progress")).to_contain_text("200")
+    expect(page.locator("#panel-plan")).to_contain_text("live-partner")    # the group it ended in
     expect(page.locator("#stat-peak-reserved")).to_contain_text("64.00 MiB")
     expect(page.locator("#panel-log")).to_contain_text("running → succeeded")
     expect(page.get_by_role("button", name="Cancel job")).to_have_count(0)

@@ -52,18 +52,18 @@ def _assert_refused(proc: subprocess.CompletedProcess, expected: str, out: Path)
     assert lines[0].startswith("colocate: ") and expected in lines[0], lines[0]
     assert proc.stdout == ""
     assert not out.with_suffix(".json").exists() and not out.with_suffix(".md").exists()
-    assert not out.parent.exists()  # not even the folder
+    assert list(out.parent.iterdir()) == []  # nothing written
 
 
 @pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, expected):
-    out = tmp_path / "reports" / "colocate"
+    out = tmp_path / "colocate"
     _assert_refused(_colocate(args, out), expected, out)
 
 
 def test_a_capacity_too_small_for_a_job_is_named(tmp_path):
     """Only found out while the first job is profiled alone: still one line naming --capacity, exit 2."""
-    out = tmp_path / "reports" / "colocate"
+    out = tmp_path / "colocate"
     proc = _colocate(["--job", "digits-cnn:data=synthetic", "--capacity", "1KiB", "--iterations", "1"], out)
     _assert_refused(proc, "--capacity 1024 bytes is too small", out)
 
@@ -115,3 +115,9 @@ def test_an_out_that_is_not_a_path_prefix_is_refused_before_running(tmp_path, wh
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("colocate: --out ") and "path prefix" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written, not even a folder
+
+
+def test_an_out_in_a_folder_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path):
+    out = tmp_path / "nonexistent" / "dir" / "x"
+    _assert_refused(_colocate(["--job", "digits-cnn"], out), f"no such folder {str(out.parent)!r}", tmp_path / "x")
+    assert list(tmp_path.iterdir()) == []

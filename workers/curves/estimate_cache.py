@@ -23,6 +23,7 @@ naming the entry (``estimate_s`` stays the original run's time).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -82,18 +83,27 @@ def _corpus_stamp(params: dict[str, Any], data_dir: str | Path | None) -> list[i
     return [st.st_size, st.st_mtime_ns]
 
 
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str | None]:
+    """Python's and the installed torch, transformers and numpy versions, read once per process: reading a
+    package's metadata costs milliseconds (a submission reads the cache, zico.jobs.known), and what a process
+    has imported does not change under it."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
 def cache_inputs(key: str, params: dict[str, Any] | None, device: str, data_dir: str | Path | None, *,
                  warmup: int, steady: int, timing: str) -> dict[str, Any]:
     """Everything the entry for these arguments is keyed on, as a JSON-ready dict.
 
     Raises UnknownWorkload or ParamsError (the catalog's) for a bad key or params."""
     params = validate_params(key, params, data_dir=None)  # as build_parts validates them
-    versions = {"python": platform.python_version()}
-    for name in _VERSIONED:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions = dict(_versions())
     return {"cache_version": CACHE_VERSION, "workload": key, "params": params, "device": device,
             "warmup": warmup, "steady": steady, "timing": timing, "versions": versions,
             "code_sha256": _code_digest(), "corpus": _corpus_stamp(params, data_dir)}
@@ -140,6 +150,20 @@ def _store(path: Path, inputs: dict[str, Any], curve: MemoryCurve) -> None:
             raise
     except OSError as exc:
         log.warning("estimate cache %s not written: %s", path, exc)
+
+
+def stored_estimate(key: str, params: dict[str, Any] | None, device: str, data_dir: str | Path | None,
+                    cache_dir: str | Path, *, warmup: int = 1, steady: int = 2,
+                    timing: str = "measured") -> MemoryCurve | None:
+    """The entry :func:`cached_estimate` would return for these arguments if one is stored, else None (also for
+    arguments that are not cacheable). Never estimates: torch-free, for callers that must not wait (the web
+    side's submission check, zico.jobs.known).
+
+    Raises UnknownWorkload or ParamsError (the catalog's) for a bad key or params."""
+    if not cacheable(key, device):
+        return None
+    inputs = cache_inputs(key, params, device, data_dir, warmup=warmup, steady=steady, timing=timing)
+    return _load(entry_path(cache_dir, inputs), inputs)
 
 
 def cached_estimate(key: str, params: dict[str, Any] | None, device: str, data_dir: str | Path | None,

@@ -43,7 +43,8 @@
     Z.fillSummary(document.getElementById("job-summary"), {
       peak_allocated_bytes: peakA || null, peak_reserved_bytes: peakR || null, budget_bytes: budget,
       current_allocated_bytes: running && last ? last[1] : null, current_reserved_bytes: running && last ? last[2] : null,
-      iteration: last && last[3] !== null && last[3] !== undefined ? last[3] : d.job.iteration,  // live first
+      // live while it runs; otherwise the stored figure (a finished job's last sample can be iterations behind)
+      iteration: running && last && last[3] !== null && last[3] !== undefined ? last[3] : d.job.iteration,
     });
   }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.http import QueryDict
 from rest_framework import serializers
 
+from zico_contracts.oom import readable_reason
+
 INT64_MAX = 2**63 - 1  # PostgreSQL bigint, the column type of every byte count
 
 
@@ -38,3 +40,11 @@ class StrictIntegerField(serializers.IntegerField):
             what = f"the string {data[:40]!r}" if isinstance(data, str) else f"a JSON {kind}"
             raise serializers.ValidationError(f"expected an integer, got {what}")
         return super().to_internal_value(data)
+
+
+class ReasonField(serializers.CharField):
+    """A stored reason for people (read-only): an allocator out-of-memory report kept as a Python dict repr,
+    ``(allocator: {...})`` (how device workers wrote it), is given as a sentence (zico_contracts.oom)."""
+
+    def to_representation(self, value):
+        return readable_reason(super().to_representation(value))

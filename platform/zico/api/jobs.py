@@ -17,11 +17,11 @@ from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
 from .conditional import with_etag
-from .fields import StrictIntegerField
+from .fields import ReasonField, StrictIntegerField
 from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
 from .job_rows import PageRows, fast_path_supported
 from .events import EventSerializer, paginated_events
-from .timelines import CURSOR, JOB_TIMELINE, WINDOW, job_timeline_data
+from .timelines import CURSOR, JOB_TIMELINE, JOB_WINDOW_PARAM, job_timeline_data
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {}})
@@ -69,6 +69,7 @@ class JobSerializer(serializers.ModelSerializer):
                                     help_text="argv of a job with code ([] for a catalog job)")
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), read_only=True,
                                 help_text="environment of a job with code")
+    failure_reason = ReasonField(read_only=True, help_text="why the job failed, in words (empty unless failed)")
 
     class Meta:
         model = Job
@@ -243,8 +244,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         """The job's output files (uploaded by its worker), by path; download each from its ``url``."""
         return Response(JobFileSerializer(self.get_object().files.all(), many=True).data)
 
-    @extend_schema(responses={200: JOB_TIMELINE}, parameters=[WINDOW, CURSOR])
+    @extend_schema(responses={200: JOB_TIMELINE}, parameters=[JOB_WINDOW_PARAM, CURSOR])
     @action(detail=True, methods=["get"])
     def timeline(self, request, pk=None):
-        """The job's allocated/reserved bytes over time, stored and live (as the job page's chart)."""
+        """The job's allocated/reserved bytes over time, stored and live (as the job page's chart): the last
+        ``window`` seconds (default 900), or ``window=job`` for the job's own span."""
         return Response(job_timeline_data(request, self.get_object()))

@@ -13,9 +13,17 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions
 
 from zico.web import access
-from zico.web.timelines import WINDOWS_S, device_timeline, job_memory, parse_since_event, parse_window
+from zico.web.timelines import (DEFAULT_WINDOW_S, JOB_WINDOW, WINDOWS_S, device_timeline, job_memory,
+                                 parse_job_window, parse_since_event, parse_window)
 
-WINDOW = OpenApiParameter("window", int, enum=list(WINDOWS_S), description="seconds of history (default 900)")
+_SECONDS = ", ".join(map(str, WINDOWS_S))
+WINDOW = OpenApiParameter("window", int, enum=list(WINDOWS_S), description=(
+    f"seconds of history before now: one of {_SECONDS} (5 min, 15 min, 1 h, 6 h, 24 h; default "
+    f"{DEFAULT_WINDOW_S}); anything else is a 400 naming window"))
+JOB_WINDOW_PARAM = OpenApiParameter("window", str, enum=[JOB_WINDOW, *map(str, WINDOWS_S)], description=(
+    f"'{JOB_WINDOW}': the job's own span, from its submission to its finish (or now), as its page shows by "
+    f"default; or seconds of history before now, one of {_SECONDS} (default {DEFAULT_WINDOW_S}); anything else "
+    "is a 400 naming window"))
 CURSOR = OpenApiParameter("cursor", str, description="the previous answer's live.cursor: only what is new since")
 SINCE_EVENT = OpenApiParameter("since_event", int, description="the last event id already seen (device only)")
 
@@ -49,10 +57,13 @@ DEVICE_TIMELINE = {
 
 
 def _params(request, device: bool = False) -> dict:
-    """The query parameters, parsed; a bad one is a 400 naming it (as the pages' JSON endpoints)."""
+    """The query parameters, parsed; a bad one is a 400 naming it (as the pages' JSON endpoints). A job's
+    ``window`` may also be ``job`` (its own span); its default stays DEFAULT_WINDOW_S seconds."""
     q = request.query_params
     try:
-        out = {"window_s": parse_window(q.get("window")), "cursor": q.get("cursor") or None}
+        window = q.get("window")
+        window_s = parse_window(window) if device or window in (None, "") else parse_job_window(window)
+        out = {"window_s": window_s, "cursor": q.get("cursor") or None}
         if device:
             out["since_event"] = parse_since_event(q.get("since_event"))
     except ValueError as exc:

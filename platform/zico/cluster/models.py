@@ -60,6 +60,15 @@ class BudgetConflict(BudgetError):
     (the API answers 409: the request is well formed, the device's state refuses it)."""
 
 
+class DeviceStatusError(BudgetError):
+    """A device status change is refused (``field`` is ``status``); :class:`DeviceStatusConflict` when the
+    device's state refuses it (the API answers 409)."""
+
+
+class DeviceStatusConflict(DeviceStatusError):
+    """The device is offline: its status follows its worker until the worker is back."""
+
+
 class DeviceQuerySet(models.QuerySet):
     def largest_total_bytes(self) -> int | None:
         """Total bytes of the largest device, or None when no device is registered."""
@@ -130,7 +139,8 @@ class Device(models.Model):
             or running on it (``max_i(peak_i + sum of the others' persistent bytes)``), divided by the
             share of the budget its gate plans against (``1 - gate_headroom``). Below that figure the
             worker's gate can hold no iteration of some job, so the job stalls with no reason shown.
-            To shrink a busy device, set it draining and lower the budget once its jobs have ended.
+            To shrink a busy device, set it draining (:meth:`set_status`; ``PATCH /api/devices/<id>/
+            {"status": "draining"}``) and lower the budget once its jobs have ended.
 
         Raises:
             BudgetError: ``budget_bytes`` is not an int in [min(MIN_BUDGET_BYTES, total_bytes), total_bytes].
@@ -143,7 +153,7 @@ class Device(models.Model):
             raise BudgetError("budget_bytes", f"expected an integer number of bytes, got {budget_bytes!r}")
         if budget_bytes <= 0:
             raise BudgetError("budget_bytes", f"must be > 0 bytes, got {budget_bytes} (to stop new placements on "
-                                              "a device, set its status to draining)")
+                                              'a device, set its status to draining: {"status": "draining"})')
         if budget_bytes > self.total_bytes:
             raise BudgetError("budget_bytes", f"{budget_bytes} exceeds the device total of {self.total_bytes} bytes")
         floor = min(MIN_BUDGET_BYTES, self.total_bytes)
@@ -157,14 +167,45 @@ class Device(models.Model):
             raise BudgetConflict("budget_bytes", (
                 f"{budget_bytes} bytes is below what the jobs running on {self} need: jobs "
                 f"{', '.join(map(str, job_ids))} need at least {need} bytes (their minimal feasible budget over "
-                f"the gate's {1 - locked.gate_headroom:.0%} share of the budget); set the device draining and "
-                "lower the budget once they end"))
+                f"the gate's {1 - locked.gate_headroom:.0%} share of the budget); set the device draining "
+                '(PATCH {"status": "draining"}) so that no new job is placed on it, and lower the budget once '
+                "they end (or cancel them)"))
         old = locked.budget_bytes
         self.budget_bytes = budget_bytes
         if old == budget_bytes:
             return
         Device.objects.filter(pk=self.pk).update(budget_bytes=budget_bytes)
         Event.record(Event.Kind.BUDGET_CHANGE, device=self, actor=actor, old_bytes=old, new_bytes=budget_bytes)
+
+    SETTABLE_STATUSES = (Status.ONLINE, Status.DRAINING)
+
+    @transaction.atomic
+    def set_status(self, status: str, *, actor=None) -> None:
+        """Set the device ``draining`` (it runs its jobs and takes no new placements) or ``online`` again, and
+        record a ``device_status`` Event. ``offline`` is not set by hand: it follows the device's worker
+        (lost or stopped, zico.telemetry.liveness) and ends when the worker is back. A draining device stays
+        draining when its worker restarts (``worker_up``); one whose worker is lost is offline, and online
+        again when the worker is back.
+
+        Raises:
+            DeviceStatusError: ``status`` is not ``online`` or ``draining``.
+            DeviceStatusConflict: the device is offline; nothing is written.
+        """
+        from zico.jobs.models import Event
+
+        if status not in self.SETTABLE_STATUSES:
+            raise DeviceStatusError("status", f"{status!r} cannot be set: one of online, draining (offline follows "
+                                              "the device's worker)")
+        locked = Device.objects.select_for_update().get(pk=self.pk)  # as Placement.open_many locks it
+        if locked.status == Status.OFFLINE:
+            raise DeviceStatusConflict("status", f"{self} is offline (its worker is lost or stopped); its status "
+                                                 "follows the worker until the worker is back")
+        old = locked.status
+        self.status = status
+        if old == status:
+            return
+        Device.objects.filter(pk=self.pk).update(status=status)
+        Event.record(Event.Kind.DEVICE_STATUS, device=self, actor=actor, old=old, new=status)
 
     def running_group_need(self) -> tuple[int, list[int]]:
         """(least budget in bytes the jobs placed or running here can run under, their ids): see

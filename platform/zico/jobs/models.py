@@ -209,6 +209,7 @@ class Event(models.Model):
         TENANT_CHANGE = "tenant_change", "Tenant settings change"
         OUTAGE = "outage", "Service outage"  # Redis or the database unreachable, recorded once it is back
         WAITING = "waiting", "Waiting"  # the scheduler's reason for not placing the job changed
+        DEVICE_STATUS = "device_status", "Device status change"  # staff set a device draining or online again
 
     time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
     kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)

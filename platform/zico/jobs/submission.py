@@ -15,7 +15,8 @@ from django.db import models, transaction
 from zico.cluster.models import MIN_BUDGET_BYTES, Device
 from zico.tenants.models import Role, Tenant
 
-from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job, MemoryProfile
+from .known import misfit
+from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job
 from .transitions import JobStatus
 
 
@@ -54,39 +55,13 @@ def validate_spec(workload: str, params: dict[str, Any] | None) -> dict[str, Any
         raise JobSpecError(field, exc.message) from exc
 
 
-def known_peak(workload: str, full_params: dict[str, Any]) -> tuple[int, MemoryProfile] | None:
-    """(peak bytes, profile) of the newest stored memory profile of any job with this workload and exactly
-    these params (defaults filled in), or None when no such job was ever profiled.
-
-    Note [Refusing misfits at submission]
-        A job is refused before it is queued only when its memory need is already known: an identical
-        earlier job (same workload, same full params) has a MemoryProfile, measured by a worker or
-        stored by ``manage.py curve``. Estimating here instead would import torch and run the workload
-        under fake tensors in the web process (seconds for ResNet-50), so a first job of a kind is
-        accepted, profiled (bounded by ``ZICO_PROFILE_TIME_LIMIT_S``) and failed by the scheduler with
-        the same figures if it fits nowhere; later identical submissions are refused at once.
-    """
-    profile = (MemoryProfile.objects.filter(job__workload=workload, job__params=full_params)
-               .order_by("-created_at", "-id").first())
-    if profile is None:
-        return None
-    return int(profile.peak_bytes), profile
-
-
 def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes: int | None) -> None:
-    """Raise JobSpecError when the job's known peak (:func:`known_peak`) exceeds its own ``budget_bytes``
-    or every registered device's budget (the scheduler's own test, zico.scheduling.snapshot)."""
-    known = known_peak(workload, full_params)
-    if known is None:
-        return
-    peak, profile = known
-    source = f"the measured peak of job {profile.job_id}, same workload and params"
-    if budget_bytes is not None and peak > budget_bytes:
-        raise JobSpecError("budget_bytes", f"needs ≥ {peak} bytes ({source}); its budget_bytes is {budget_bytes}")
-    largest = Device.objects.aggregate(m=models.Max("budget_bytes"))["m"]
-    if largest is not None and peak > largest:
-        raise JobSpecError("params", f"needs ≥ {peak} bytes ({source}); the largest device budget is "
-                                     f"{largest} bytes (shrink the batch or the model)")
+    """Raise JobSpecError when what is stored about this workload and params says the job can never run: a
+    measured peak, a remembered profiling failure or a stored estimate (Note [Known memory needs] in
+    zico.jobs.known, the scheduler's own sources)."""
+    refused = misfit(workload, full_params, budget_bytes)
+    if refused is not None:
+        raise JobSpecError(*refused)
 
 
 def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[list[str], dict[str, str]]:
@@ -123,8 +98,9 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
     Raises:
         PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
         JobSpecError: naming the field, for an unknown workload, params outside the schema, both or
-            neither of workload and code, a bad command or env, a budget below ``MIN_BUDGET_BYTES`` or above the largest device, a known peak that fits
-            nowhere (:func:`refuse_known_misfit`), or an exceeded quota.
+            neither of workload and code, a bad command or env, a budget below ``MIN_BUDGET_BYTES`` or above
+            the largest device, a known need that fits nowhere or an identical job's remembered profiling
+            failure (:func:`refuse_known_misfit`), or an exceeded quota.
     """
     if not tenant.has_role(owner, Role.MEMBER):
         raise PermissionDenied(f"{owner} may not submit jobs to {tenant.slug} (role member or higher needed)")
@@ -141,7 +117,9 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
         if params:
             raise JobSpecError("params", "params belong to a catalog workload; a job with code takes env")
         command, env = validate_code_job(tenant, code, command, env)
-        full_params = {}
+        # A command job's identity, where a catalog job has its params: the same code, command and env is an
+        # identical job (known.identical), so a rerun reuses the stored curve. The worker reads the code fields.
+        full_params = {"code_sha256": code.sha256, "command": command, "env": env}
     else:
         if not workload:
             raise JobSpecError("workload", "required: a catalog key, or code and a command")

@@ -8,8 +8,11 @@ One round:
 1. takes the cluster-wide scheduling lock (a PostgreSQL session advisory lock), so two
    scheduler processes never decide on the same state at once; a second instance skips its
    round while the first holds it (a crashed holder's lock goes with its session);
-2. moves ``queued`` jobs on (two bulk moves): to ``ready`` when a curve is stored, else to
-   ``profiling`` with a ``zico.device.profile_job`` task on a device queue;
+2. moves ``queued`` jobs on (bulk moves): to ``ready`` when a curve is stored or an identical job's
+   is copied, to ``failed`` when an identical job's remembered profiling failure or a stored estimate
+   says it can never run (Note [Known memory needs] in zico.jobs.known), else to ``profiling`` with a
+   ``zico.device.profile_job`` task on a device queue; with background estimates
+   (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
    job waits — and opens the placements with
@@ -39,6 +42,7 @@ from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
 from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
+from zico.jobs import known
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
 
@@ -130,9 +134,12 @@ class Scheduler:
     rounds. Call :meth:`run_round` outside any transaction: tasks are sent when its own
     transactions have committed."""
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, estimates=None) -> None:
+        """``estimates``: a zico.scheduling.estimates.BackgroundEstimates to run CPU estimates of the jobs sent to
+        profiling (``runscheduler`` passes one unless ``ZICO_SCHEDULER_ESTIMATES`` is off), or None."""
         self.policy = policy or make_policy()
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
+        self.estimates = estimates
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
@@ -155,6 +162,8 @@ class Scheduler:
             with transaction.atomic():
                 self._advance_queued(res)
             clock("advance")
+            self.judge_estimates(res)
+            clock("estimates")
             self._flush(res)
             clock("send")
             snap = take_snapshot()
@@ -194,9 +203,10 @@ class Scheduler:
 
     # -- steps ------------------------------------------------------------------------------
     def _advance_queued(self, res: RoundResult) -> None:
-        """queued -> ready (curve stored) or -> profiling (task queued for after the commit), in
-        two bulk moves. The queued rows are locked as they are read (``FOR UPDATE`` re-checks the
-        status after any wait), so no one else moves them before the bulk moves."""
+        """queued -> ready (curve stored, or an identical job's copied), -> failed (what is known says it
+        can never run: Note [Known memory needs] in zico.jobs.known) or -> profiling (task queued for
+        after the commit), in bulk moves. The queued rows are locked as they are read (``FOR UPDATE``
+        re-checks the status after any wait), so no one else moves them before the bulk moves."""
         queued = list(Job.objects.select_for_update().filter(status=JobStatus.QUEUED)
                       .order_by("-priority", "created_at", "pk"))
         if not queued:
@@ -205,20 +215,96 @@ class Scheduler:
         ready = [j for j in queued if j.pk in with_curve]
         transition_many(ready, JobStatus.READY, reason="memory curve known")
         res.ready += [j.pk for j in ready]
-        profiler = _profiling_device() if len(ready) < len(queued) else None
+        left, estimated = self._known_needs([j for j in queued if j.pk not in with_curve], res)
+        left, held = _one_profile_per_kind(left)
+        if held:
+            res.waiting.update({j.pk: why for j, why in held})
+            waiting.record(held, JobStatus.QUEUED)
+        profiler = _profiling_device() if left else None
         if profiler is None:
-            if len(ready) < len(queued):  # no online device to profile on
+            if left:  # no online device to profile on
                 why = reasons.no_profiling_device(_unavailable_devices())
-                left = [j for j in queued if j.pk not in with_curve]
                 res.waiting.update({j.pk: why for j in left})
                 waiting.record([(j, why) for j in left], JobStatus.QUEUED)
             return
-        profiling = [j for j in queued if j.pk not in with_curve]
-        transition_many(profiling, JobStatus.PROFILING, device=profiler)
-        for job in profiling:
+        transition_many(left, JobStatus.PROFILING, device=profiler)
+        for job in left:
             res.profiling.append(job.pk)
             res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
                                [job.pk, job.profile_spec()]))
+            if self.estimates is not None and job.pk not in estimated:
+                self.estimates.want(job.workload, job.params or {}, job.pk)
+
+    def _known_needs(self, jobs: list[Job], res: RoundResult) -> tuple[list[Job], set[int]]:
+        """Queued jobs without a curve of their own, judged on what is stored about identical jobs and the
+        workload (Note [Known memory needs] in zico.jobs.known): an identical job's profile is copied (the job
+        goes ready, not profiled again); an identical job's remembered profiling failure, or a stored estimate
+        that fits no device, fails the job. Returns the jobs left to profile and the ids of those judged on
+        a stored estimate (not estimated again). Queries: a fixed number, plus one bulk move per distinct
+        reason."""
+        reuse = known.profiles_to_reuse(jobs)
+        if reuse:
+            MemoryProfile.objects.bulk_create([
+                MemoryProfile(job=j, source=p.source, curve=p.curve, peak_bytes=p.peak_bytes,
+                              persistent_bytes=p.persistent_bytes, iteration_s=p.iteration_s)
+                for j in jobs if (p := reuse.get(j.pk)) is not None])
+            reusing = [j for j in jobs if j.pk in reuse]
+            transition_many(reusing, JobStatus.READY, reason="memory curve of an identical job reused; not profiled",
+                            details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
+            res.ready += [j.pk for j in reusing]
+        jobs = [j for j in jobs if j.pk not in reuse]
+        if not jobs:
+            return [], set()
+        budgets = known.devices_budgets()
+        failures = known.remembered_failures(jobs, max((b for _, b in budgets), default=None))
+        refused: dict[str, list[Job]] = defaultdict(list)
+        for j in jobs:
+            if j.pk in failures:
+                refused[f"{known.failure_sentence(failures[j.pk])}; not profiled again"].append(j)
+        estimates: dict[tuple[str, str], object] = {}
+        estimated: set[int] = set()
+        for j in jobs:
+            if j.pk in failures:
+                continue
+            key = known.params_key(j.workload, j.params)
+            if key not in estimates:
+                estimates[key] = known.stored_estimate(j.workload, j.params or {})
+            if estimates[key] is not None:
+                estimated.add(j.pk)
+                misfit = known.estimate_misfit(estimates[key], j.budget_bytes, budgets)
+                if misfit is not None:
+                    refused[f"refused before profiling: {misfit[1]}"].append(j)
+        for reason, group in refused.items():
+            transition_many(group, JobStatus.FAILED, reason=reason)
+            res.failed += [j.pk for j in group]
+        out = {j.pk for group in refused.values() for j in group}
+        return [j for j in jobs if j.pk not in out], estimated
+
+    def judge_estimates(self, res: RoundResult) -> None:
+        """Poll the background estimates (Note [Estimates beside the rounds] in zico.scheduling.estimates) and
+        fail the jobs still queued or profiling whose freshly stored estimate fits no device; a profiling run
+        of such a job is asked to stop (its cancel key)."""
+        if self.estimates is None:
+            return
+        waiting_ids = (JobStatus.QUEUED, JobStatus.PROFILING)
+        done = self.estimates.step(lambda ids: Job.objects.filter(pk__in=ids, status__in=waiting_ids).exists())
+        if not done:
+            return
+        budgets = known.devices_budgets()
+        for wanted in done:
+            curve = known.stored_estimate(wanted.workload, wanted.params)
+            if curve is None:
+                continue
+            for job in Job.objects.filter(known.identical(wanted.workload, wanted.params), status__in=waiting_ids):
+                misfit = known.estimate_misfit(curve, job.budget_bytes, budgets)
+                was = job.status
+                if misfit is not None and try_transition(job, JobStatus.FAILED,
+                                                         reason=f"refused by its estimate: {misfit[1]}"):
+                    res.failed.append(job.pk)
+                    if was == JobStatus.PROFILING:
+                        from zico.telemetry import keys
+
+                        keys.request_cancel(_redis(), job.pk)
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)
@@ -262,6 +348,34 @@ class _Clock:
         now = time.perf_counter()
         self.timings[step] = self.timings.get(step, 0.0) + now - self.t
         self.t = now
+
+
+def _one_profile_per_kind(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, reasons.WaitReason]]]:
+    """Of queued ``jobs`` to profile (queue order), the first of each kind of identical jobs (zico.jobs.known)
+    that no job is profiling now; the others, with why they wait: an identical job's profile will serve
+    them (the next round copies it). One query."""
+    if not jobs:
+        return [], []
+    q, _ = known.any_identical(jobs)
+    owner = {}
+    for pk, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
+                                 .values_list("pk", "workload", "params")):
+        owner.setdefault(known.params_key(workload, params), pk)
+    send, held = [], []
+    for j in jobs:
+        key = known.params_key(j.workload, j.params)
+        if key in owner:
+            held.append((j, reasons.identical_profiling(owner[key])))
+        else:
+            owner[key] = j.pk
+            send.append(j)
+    return send, held
+
+
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
 
 
 def _lock_round() -> bool:

@@ -20,6 +20,7 @@ from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.outputs import archive_log
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
+from zico_contracts.oom import readable_reason
 
 from . import keys
 from .downsample import Point
@@ -93,7 +94,8 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
             dev.name, dev.uuid, dev.total_bytes = str(msg.get("name", ""))[:100], str(msg.get("uuid", ""))[:64], total
             dev.budget_bytes = min(dev.budget_bytes, total)
             dev.gate_headroom = headroom
-            dev.status = "online"
+            if dev.status == "offline":  # a draining device stays draining (Device.set_status)
+                dev.status = "online"
             dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "gate_headroom", "status"])
         Node.objects.filter(pk=node.pk).update(status="online")
     dev.heartbeat(_dt(msg["t"]))
@@ -175,7 +177,8 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
         Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
     else:
-        try_transition(job, status, device=dev, reason=str(msg.get("reason") or "")[:2000], metrics=metrics)
+        try_transition(job, status, device=dev, reason=readable_reason(str(msg.get("reason") or ""))[:2000],
+                       metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
     end_placement_if_done(placement, f"job {job.pk} {status}")
@@ -183,12 +186,22 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
 
 
 def on_profile_done(msg: dict[str, Any], r) -> None:
+    """Store a profile's curve (profiling -> ready), or fail the job with the profiling error; a failure that
+    predicts an identical job's is remembered in the job's metrics (``profile_failure``, Note [Known memory
+    needs] in zico.jobs.known), so identical jobs are refused instead of profiled again."""
     job = _job(msg)
     if job is None:
         return
     if msg.get("error"):
-        if try_transition(job, S.FAILED, reason=f"profiling failed: {msg['error']}"[:2000],
-                          device=device_for(msg["device"])):
+        from zico.jobs.known import profile_failure
+
+        dev = device_for(msg["device"])
+        error = readable_reason(str(msg["error"]))
+        others = dev is not None and Job.objects.filter(status__in=[S.PLACED, S.RUNNING], placements__device=dev,
+                                                        placements__ended_at__isnull=True).exists()
+        failure = profile_failure(error[:1500], dev, others)
+        if try_transition(job, S.FAILED, reason=f"profiling failed: {error}"[:2000], device=dev,
+                          metrics={"profile_failure": failure} if failure else None):
             archive_log(job, r)  # a command job's output while profiled (its traceback) is its log
         return
     MemoryProfile.record(job, msg["curve"])

@@ -25,9 +25,11 @@ from typing import Any, Iterable
 from django.db.models import Max
 from django.template.loader import render_to_string
 
+from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.transitions import CANCELLABLE, JobStatus as S
 from zico.telemetry.models import TimelinePoint
+from zico_contracts.oom import readable_reason
 
 from . import access
 
@@ -86,7 +88,7 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
         "delay_s": m.get("delay_s"), "slowdown": m.get("slowdown"),
         "solo_iteration_s": m.get("solo_iteration_s"), "mean_iteration_s": m.get("mean_iteration_s"),
         "queue_position": position, "waiting_reason": job.waiting_reason or "",
-        "failure_reason": job.failure_reason,
+        "failure_reason": readable_reason(job.failure_reason),
         "span": {"submitted": job.created_at.timestamp(),
                  "started": job.started_at.timestamp() if job.started_at else None,
                  "finished": job.finished_at.timestamp() if job.finished_at else None,
@@ -102,27 +104,55 @@ def job_statuses(jobs: list[Job]) -> list[dict[str, Any]]:
     return [job_status(j, peaks.get(j.pk), positions.get(j.pk)) for j in jobs]
 
 
-def _plan_view(user, job, placement) -> dict | None:
-    """The sharing plan as rows a person can read; other tenants' co-located jobs stay anonymous."""
+def current_group(job: Job, placement):
+    """The placement whose sharing plan covers ``job``'s group now: the newest placement on its device, opened
+    since the job's own (and before the job finished), whose plan lists the job, else the job's own.
+
+    Note [The current group]
+        When a job joins a device, the scheduler opens a new placement for the newcomer whose plan covers the
+        device's whole group (the jobs already there first, with their new shifts: docs/placement.md); the
+        running jobs stay linked to their own, older placement. So a job's group and shifts are those of the
+        newest such plan that lists it, not of the placement that started it.
+    """
     if placement is None:
         return None
-    plan = placement.plan or {}
-    per_job = placement.plan_by_job()
-    visible = set(access.visible_jobs(user).filter(pk__in=[j.pk for j in placement.jobs.all()])
-                  .values_list("pk", flat=True))
+    newer = Placement.objects.filter(device_id=placement.device_id, started_at__gte=placement.started_at)
+    if job.finished_at is not None:
+        newer = newer.filter(started_at__lte=job.finished_at)
+    for p in newer.select_related("device__node").order_by("-started_at", "-pk")[:20]:
+        if p.pk == placement.pk or job.pk in p.plan_by_job():
+            return p
+    return placement
+
+
+def _plan_view(user, job, placement, group) -> dict | None:
+    """The current group's sharing plan (``group``, :func:`current_group`) as rows a person can read, in the
+    plan's order; other tenants' co-located jobs stay anonymous; a member that has ended says so."""
+    if group is None:
+        return None
+    plan = group.plan or {}
+    per_job = group.plan_by_job()
+    ids = list(per_job) + sorted(set(group.jobs.values_list("pk", flat=True)) - set(per_job))
+    members = {j.pk: j for j in Job.objects.filter(pk__in=ids)}
+    visible = set(access.visible_jobs(user).filter(pk__in=list(members)).values_list("pk", flat=True))
     rows = []
-    for other in placement.jobs.all().order_by("pk"):
+    for pk in ids:
+        other = members.get(pk)
+        if other is None:
+            continue
         shown = other.pk in visible
         m = other.metrics or {}
         rows.append({"job": other if shown else None, "is_self": other.pk == job.pk,
+                     "ended": other.status if shown and other.is_finished and other.pk != job.pk else "",
                      "shift_s": per_job.get(other.pk, {}).get("shift_s") if shown else None,
                      "predicted_slowdown": per_job.get(other.pk, {}).get("predicted_slowdown") if shown else None,
                      "measured_slowdown": m.get("slowdown") if shown else None})
-    device_visible = access.timeline_devices(user).filter(pk=placement.device_id).exists()
+    device_visible = access.timeline_devices(user).filter(pk=group.device_id).exists()
     return {"rows": rows, "budget_bytes": plan.get("budget_bytes"),
             "predicted_peak_bytes": plan.get("predicted_peak_bytes"), "device_visible": device_visible,
             "shift_s": per_job.get(job.pk, {}).get("shift_s"), "mode": plan.get("mode"),
-            "predicted_slowdown": per_job.get(job.pk, {}).get("predicted_slowdown")}
+            "predicted_slowdown": per_job.get(job.pk, {}).get("predicted_slowdown"),
+            "group": group, "regrouped": placement is not None and group.pk != placement.pk}
 
 
 def panel_context(user, job: Job) -> dict[str, Any]:
@@ -130,6 +160,7 @@ def panel_context(user, job: Job) -> dict[str, Any]:
     job.refresh_from_db()
     profile = job.latest_profile()
     placement = job.placements.select_related("device__node").order_by("-started_at").first()
+    group = current_group(job, placement)  # Note [The current group]
     delay_events = job.events.filter(kind=Event.Kind.DELAY)
     delays = list(delay_events.order_by("-time")[:20])
     totals = [d or {} for d in delay_events.values_list("details", flat=True)]  # one event per run
@@ -144,7 +175,7 @@ def panel_context(user, job: Job) -> dict[str, Any]:
         "plan_state": ("ended" if placement is None or not placement.is_active
                        else "ending" if job.status == S.CANCELLED
                        else "ended" if job.status in (S.SUCCEEDED, S.FAILED) else "active"),
-        "plan": _plan_view(user, job, placement), "delays": delays, "delay_count": delay_count,
+        "plan": _plan_view(user, job, placement, group), "delays": delays, "delay_count": delay_count,
         "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(user, job),
         "files": list(job.files.all()) if job.code_id else [],

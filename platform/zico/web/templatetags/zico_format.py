@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from django import template
 
+from zico_contracts.oom import readable_reason
+
 register = template.Library()
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -51,6 +53,13 @@ def ratio(value, total) -> float:
         return max(0.0, min(1.0, float(value) / float(total)))
     except (TypeError, ValueError, ZeroDivisionError):
         return 0.0
+
+
+@register.filter
+def reason_h(text) -> str:
+    """A failure or status-change reason for people: an allocator out-of-memory report stored as a Python dict
+    (``(allocator: {...})``, how device workers wrote it) becomes a sentence (zico_contracts.oom)."""
+    return readable_reason(text) if isinstance(text, str) else text
 
 
 @register.filter

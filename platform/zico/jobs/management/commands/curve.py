@@ -9,8 +9,9 @@
 Every subcommand prints the curve's summary (peak, persistent and transient bytes, iteration or
 trace duration, phase fractions) and can write the curve as DESIGN-contract JSON (``--json PATH``,
 ``-`` for stdout), optionally resampled to ``--points N`` steps (bin maxima, so no peak is lost).
-A CUDA target's estimate is cached under ``<ZICO_VAR_DIR>/cache/estimates`` (keyed on everything it
-depends on: ``workers.curves.estimate_cache``); ``--no-cache`` recomputes it.
+A CUDA target's estimate is cached under ``ZICO_ESTIMATE_CACHE_DIR`` (default ``<ZICO_VAR_DIR>/cache/estimates``;
+keyed on everything it depends on: ``workers.curves.estimate_cache``); ``--no-cache`` recomputes it. The
+submission check reads these entries (zico.jobs.known), so a job whose estimate fits no device is refused.
 """
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ class Command(BaseCommand):
 
         params = parse_params(opts["param"], opts["params_json"])
         return cached_estimate(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                               Path(settings.VAR_DIR) / "cache" / "estimates", warmup=opts["warmup"],
+                               settings.ZICO_ESTIMATE_CACHE_DIR, warmup=opts["warmup"],
                                steady=2 if opts["steady"] is None else opts["steady"], timing=opts["timing"],
                                refresh=opts["no_cache"])
 

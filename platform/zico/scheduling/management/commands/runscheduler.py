@@ -7,6 +7,10 @@ SIGINT, which end it cleanly after the round in progress. Several instances may 
 the round lock makes them take turns and Placement.open's conditional claim keeps any job from
 being placed twice.
 
+Unless ``ZICO_SCHEDULER_ESTIMATES`` is off, it estimates the memory curve of catalog jobs it sends to
+profiling in a child process beside the rounds (Note [Estimates beside the rounds] in
+zico.scheduling.estimates) and stops that child when it stops.
+
 A new process resends the tasks of jobs left ``placed`` or ``profiling`` on its first round, and
 again whenever the broker's Redis restarted (its ``run_id`` changed: a Redis without persistence
 comes back empty, without the tasks no worker had taken yet); see Note [Scheduler restarts] in
@@ -24,6 +28,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from zico.scheduling.estimates import BackgroundEstimates
 from zico.scheduling.service import POLICIES, Scheduler, make_policy
 
 log = logging.getLogger("zico.scheduling")
@@ -50,10 +55,14 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        scheduler = Scheduler(make_policy(policy))
+        estimates = BackgroundEstimates(settings.ZICO_ESTIMATE_TIME_LIMIT_S) if settings.ZICO_SCHEDULER_ESTIMATES \
+            else None
+        scheduler = Scheduler(make_policy(policy), estimates=estimates)
         slowdown = getattr(scheduler.policy, "max_slowdown", None)
         limit = f", slowdown limit {slowdown:g}x" if slowdown is not None else ""
-        self.stdout.write(f"scheduler ready: policy {policy}{limit}, a round every {interval:g} s", ending="\n")
+        background = "on" if estimates else "off (ZICO_SCHEDULER_ESTIMATES)"
+        self.stdout.write(f"scheduler ready: policy {policy}{limit}, a round every {interval:g} s, background "
+                          f"estimates {background}", ending="\n")
         self.stdout.flush()
         done, db_down_since = 0, None
         broker = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2.0, socket_connect_timeout=2.0)
@@ -90,6 +99,8 @@ class Command(BaseCommand):
                                       f"in {time.monotonic() - t0:.3f} s ({steps})")
             done += 1
             stop.wait(interval)
+        if estimates is not None:
+            estimates.close()
         self.stdout.write("scheduler stopped")
 
 

@@ -1,0 +1,247 @@
+"""What is known about a job's memory need before it runs, read from what is stored: an identical job's
+measured profile, an identical job's remembered profiling failure, the workload's stored CPU estimate.
+Nothing here runs a workload or imports torch; the submission check and the scheduler's step before
+profiling both read it, so a job is judged the same way at both.
+
+Note [Known memory needs]
+    Three stored sources, read in this order (:func:`misfit` at submission; the scheduler's
+    ``_advance_queued``, zico.scheduling.service, before it profiles a job):
+
+    1. The measured profile of an *identical* job (:func:`identical`: same workload, same params with the
+       defaults filled in): its peak is the need. The scheduler copies it to the new job, which skips
+       profiling (its status change names the job whose curve it took).
+    2. A remembered profiling failure of an identical job (``Job.metrics["profile_failure"]``, written by
+       the control consumer with :func:`profile_failure`): an identical run would fail the same way, so
+       the job is refused at submission (or failed by the scheduler) with that job's reason instead of
+       being profiled again. Remembered, with when it stops applying (:func:`failure_applies`):
+       out of memory while nothing else ran on the device (the job needs more than that device's
+       budget; no longer applies once a device with a larger budget is registered); the profiling time
+       limit (no longer applies once ``ZICO_PROFILE_TIME_LIMIT_S`` is raised past the limit it hit); an
+       error the workload's own code raised (a non-finite loss, a shape error). Not remembered, so an
+       identical job is profiled again: a cancel, an out-of-memory while other jobs shared the device
+       (they held part of it), and errors of the machine rather than the job (:data:`MACHINE_ERRORS`,
+       CUDA driver errors).
+    3. The stored CPU estimate of the workload for a CUDA target (fake tensors, docs/curves.md), read
+       from the estimate cache (workers.curves.estimate_cache: a hit reads one JSON file, no torch).
+       ``manage.py curve estimate`` and the scheduler's background estimates
+       (zico.scheduling.estimates) write it. The estimate came within 5 % of real CUDA runs
+       (docs/curves.md), so a job is refused only when even ``1 - ESTIMATE_TOLERANCE`` of it exceeds
+       every device budget, and the refusal's "needs ≥ X" is that lower figure. A CPU pool's need leaves
+       out the cuBLAS workspaces a CUDA target holds (``meta.blas_workspace_bytes``).
+
+    The estimate itself is never run while a request waits: cold, it took 18 s wall (5.2 s CPU) for
+    digits-cnn and 29 s (9.3 s CPU) for ResNet-50 on this project's 2-core test machine at load ~5
+    (``manage.py curve estimate ... --device cuda:0``), more than a request may take; reading a stored
+    one costs the submission a few milliseconds (docs/operations.md). The devices judged are every
+    registered device, as the scheduler's own check (zico.scheduling.snapshot): an offline device
+    comes back, and a job it could hold waits for it with a reason.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Iterable
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
+from django.db.models import Q
+
+from .models import Job, MemoryProfile
+from .transitions import JobStatus
+
+log = logging.getLogger(__name__)
+
+ESTIMATE_DEVICE = "cuda:0"  # the estimate's target: cached, and a lower bound for a CPU pool less the workspaces
+ESTIMATE_TOLERANCE = 0.05   # the estimate's accuracy against real CUDA runs (docs/curves.md)
+# Exception names of profiling errors that say something about the machine, not the job (not remembered).
+MACHINE_ERRORS = frozenset({"OSError", "IOError", "FileNotFoundError", "PermissionError", "ConnectionError",
+                            "BrokenPipeError", "TimeoutError", "MemoryError", "ZicoError", "BuildError",
+                            "KeyboardInterrupt", "SystemExit"})
+_LIMIT = re.compile(r"profiling time limit of ([0-9.]+(?:e[+-]?[0-9]+)?) s")
+
+
+def identical(workload: str, params: dict[str, Any], prefix: str = "") -> Q:
+    """The one definition of an identical job: same workload key, same params (defaults filled in, as
+    ``submit_job`` stores them). ``prefix`` reaches the job through a relation (``"job__"``)."""
+    return Q(**{f"{prefix}workload": workload, f"{prefix}params": params})
+
+
+def params_key(workload: str, params: dict[str, Any]) -> tuple[str, str]:
+    """A hashable key equal for identical jobs."""
+    return workload, json.dumps(params or {}, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder)
+
+
+def any_identical(jobs: Iterable[Job], prefix: str = "") -> tuple[Q, dict]:
+    """A Q matching jobs identical to any of ``jobs``, and ``{params_key: one of jobs}`` per distinct key."""
+    distinct = {params_key(j.workload, j.params): j for j in jobs}
+    q = Q(pk__in=[])
+    for j in distinct.values():
+        q |= identical(j.workload, j.params or {}, prefix)
+    return q, distinct
+
+
+def _newest_per_key(qs, prefix: str, order: tuple[str, ...]):
+    """``qs`` reduced to its newest row per (workload, params): DISTINCT ON in PostgreSQL, in Python elsewhere."""
+    if connection.vendor == "postgresql":
+        return qs.order_by(f"{prefix}workload", f"{prefix}params", *order).distinct(f"{prefix}workload",
+                                                                                   f"{prefix}params")
+    return qs.order_by(*order)
+
+
+def profiles_to_reuse(jobs: list[Job]) -> dict[int, MemoryProfile]:
+    """For each of ``jobs`` (without a profile of their own), the newest stored profile of another identical
+    job (its ``job`` loaded): ``{job id: profile}``; jobs with none are left out. Two queries at most."""
+    if not jobs:
+        return {}
+    q, _ = any_identical(jobs, "job__")
+    qs = _newest_per_key(MemoryProfile.objects.filter(q).exclude(job__in=[j.pk for j in jobs if j.pk])
+                         .select_related("job"),
+                         "job__", ("-created_at", "-id"))
+    newest: dict[tuple[str, str], MemoryProfile] = {}
+    for p in qs:
+        newest.setdefault(params_key(p.job.workload, p.job.params), p)
+    return {j.pk: newest[k] for j in jobs if (k := params_key(j.workload, j.params)) in newest}
+
+
+def profile_failure(error: str, device, others_on_device: bool, limit_s: float | None = None) -> dict | None:
+    """What to remember of a failed profiling run (Note [Known memory needs]), or None when it says nothing
+    about an identical run.
+
+    Args:
+        error: the worker's ``profile_done`` error, ``"<ExceptionName>: <message>"`` or the time-limit text.
+        device: the Device it ran on (None: unknown).
+        others_on_device: whether jobs were placed or running on that device at the time.
+        limit_s: the profiling time limit it ran under (read from the error when it names one).
+    Returns:
+        ``{"kind": "out_of_memory" | "time_limit" | "error", "reason": error, ...}`` with ``device`` and
+        ``budget_bytes`` (out of memory) or ``limit_s`` (time limit).
+    """
+    error = (error or "").strip()
+    name = error.partition(":")[0].strip()
+    if not error or error.startswith("cancelled"):
+        return None
+    if "OutOfMemoryError" in name or "out of memory" in error.lower():
+        if device is None or others_on_device:
+            return None
+        return {"kind": "out_of_memory", "reason": error, "device": str(device), "budget_bytes": int(device.budget_bytes)}
+    if "ZICO_PROFILE_TIME_LIMIT_S" in error:
+        m = _LIMIT.search(error)
+        limit = float(m.group(1)) if m else limit_s
+        return {"kind": "time_limit", "reason": error, "limit_s": limit} if limit else None
+    if not name.isidentifier() or name in MACHINE_ERRORS or "CUDA error" in error or "CUDA driver" in error:
+        return None
+    return {"kind": "error", "reason": error}
+
+
+def failure_applies(failure: dict, largest_budget: int | None, limit_s: float) -> bool:
+    """Whether a remembered failure still predicts an identical run's (Note [Known memory needs])."""
+    kind = failure.get("kind") if isinstance(failure, dict) else None
+    if kind == "out_of_memory":
+        budget = failure.get("budget_bytes")
+        return isinstance(budget, int) and largest_budget is not None and largest_budget <= budget
+    if kind == "time_limit":
+        return isinstance(failure.get("limit_s"), (int, float)) and limit_s <= failure["limit_s"]
+    return kind == "error"
+
+
+def remembered_failures(jobs: list[Job], largest_budget: int | None) -> dict[int, Job]:
+    """For each of ``jobs``, the newest identical failed job whose remembered profiling failure still applies
+    (:func:`failure_applies`): ``{job id: failed job}``. One query."""
+    if not jobs:
+        return {}
+    q, _ = any_identical(jobs)
+    qs = _newest_per_key(Job.objects.filter(q, status=JobStatus.FAILED, metrics__has_key="profile_failure")
+                         .exclude(pk__in=[j.pk for j in jobs if j.pk]), "", ("-finished_at", "-id"))
+    limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)
+    newest: dict[tuple[str, str], Job] = {}
+    for f in qs:
+        newest.setdefault(params_key(f.workload, f.params), f)
+    out = {}
+    for j in jobs:
+        f = newest.get(params_key(j.workload, j.params))
+        if f is not None and failure_applies(f.metrics["profile_failure"], largest_budget, limit):
+            out[j.pk] = f
+    return out
+
+
+def failure_sentence(failed: Job) -> str:
+    """Why an identical job is not profiled again, in words, naming the job that failed."""
+    failure = failed.metrics["profile_failure"]
+    where = f" on {failure['device']} (budget {failure['budget_bytes']} bytes, nothing else running)" \
+        if failure.get("kind") == "out_of_memory" else ""
+    return f"profiling identical job {failed.pk} failed{where}: {failure.get('reason', '')}"
+
+
+def stored_estimate(workload: str, params: dict[str, Any]):
+    """The stored CPU estimate of ``workload`` with ``params`` for :data:`ESTIMATE_DEVICE` (a MemoryCurve), or
+    None: none stored, a workload the cache does not keep (one registered through entry points), or an
+    unreadable entry. Reads the cache only (workers.curves.estimate_cache); never estimates, never imports torch."""
+    from workers.curves.estimate_cache import stored_estimate as lookup
+
+    try:
+        return lookup(workload, params, ESTIMATE_DEVICE, settings.ZICO_DATA_DIR, settings.ZICO_ESTIMATE_CACHE_DIR)
+    except Exception:  # an unknown workload or params are refused elsewhere; a broken cache is no estimate
+        log.warning("estimate cache not read for %s %s", workload, params, exc_info=True)
+        return None
+
+
+def estimated_need(curve, kind: str) -> int:
+    """The least bytes a job with this CUDA-target estimate needs on a device of ``kind`` (``gpu`` | ``cpu``):
+    its peak less the estimate's tolerance, and, for a CPU pool, less the cuBLAS workspaces."""
+    peak = float(curve.peak_bytes)
+    if kind != "gpu":
+        blas = (curve.meta or {}).get("blas_workspace_bytes")
+        peak -= float(blas) if isinstance(blas, (int, float)) and 0 < blas < peak else 0.0
+    return int(peak * (1 - ESTIMATE_TOLERANCE))
+
+
+def devices_budgets() -> list[tuple[str, int]]:
+    """``(kind, budget bytes)`` of every registered device."""
+    from zico.cluster.models import Device
+
+    return list(Device.objects.values_list("kind", "budget_bytes"))
+
+
+def estimate_misfit(curve, budget_bytes: int | None, budgets: list[tuple[str, int]]) -> tuple[str, str] | None:
+    """``(field, message)`` when an estimated curve fits neither ``budget_bytes`` (the job's own) nor any of
+    ``budgets`` (:func:`devices_budgets`), else None."""
+    source = (f"its CPU estimate of {int(curve.peak_bytes)} bytes for {ESTIMATE_DEVICE}, less the estimate's "
+              f"{ESTIMATE_TOLERANCE:.0%} tolerance")
+    kinds = {k for k, _ in budgets} or {"gpu"}
+    least = min(estimated_need(curve, k) for k in kinds)
+    if budget_bytes is not None and least > budget_bytes:
+        return "budget_bytes", f"needs ≥ {least} bytes ({source}); its budget_bytes is {budget_bytes}"
+    if budgets and all(estimated_need(curve, k) > b for k, b in budgets):
+        largest = max(b for _, b in budgets)
+        need = min(estimated_need(curve, k) for k, _ in budgets)
+        return "params", (f"needs ≥ {need} bytes ({source}); the largest device budget is {largest} bytes "
+                          "(shrink the batch or the model)")
+    return None
+
+
+def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> tuple[str, str] | None:
+    """``(field, message)`` when what is known of a job with this workload and full params says it can never
+    run (Note [Known memory needs]): a known peak over its own budget or every device's budget, a remembered
+    profiling failure of an identical job, or a stored estimate that fits nowhere; None when nothing known
+    refuses it."""
+    budgets = devices_budgets()
+    largest = max((b for _, b in budgets), default=None)
+    profile = (MemoryProfile.objects.filter(identical(workload, params, "job__"))
+               .order_by("-created_at", "-id").defer("curve").first())
+    if profile is not None:
+        peak = int(profile.peak_bytes)
+        source = f"the measured peak of job {profile.job_id}, same workload and params"
+        if budget_bytes is not None and peak > budget_bytes:
+            return "budget_bytes", f"needs ≥ {peak} bytes ({source}); its budget_bytes is {budget_bytes}"
+        if largest is not None and peak > largest:
+            return "params", (f"needs ≥ {peak} bytes ({source}); the largest device budget is {largest} bytes "
+                              "(shrink the batch or the model)")
+        return None
+    probe = Job(workload=workload, params=params)  # not saved: its id is None, the key of its answer
+    failed = remembered_failures([probe], largest).get(None)
+    if failed is not None:
+        return "params", f"{failure_sentence(failed)}; an identical job would fail the same way (change the params)"
+    curve = stored_estimate(workload, params)
+    return estimate_misfit(curve, budget_bytes, budgets) if curve is not None else None

@@ -1,0 +1,195 @@
+"""What is known about an identical job serves the next one (zico.jobs.known, real PostgreSQL and Redis): its
+measured profile is reused instead of profiling again; its profiling failure, reported by a worker's real
+``profile_done`` message through the control consumer, is remembered with its reason, so an identical job is refused
+at submission and failed by the scheduler without a second profile; and the failures that say nothing about an
+identical run (a cancel, a machine's error, an out-of-memory beside other jobs, one a bigger device now avoids, a
+time limit since raised) are not held against it."""
+import pytest
+from rest_framework.test import APIClient
+
+from placement.curves import triangular_curve
+from workers.link import Link
+from zico.cluster.models import Device, Placement
+from zico.jobs.models import Event, Job, MemoryProfile
+from zico.scheduling.service import Scheduler
+from zico.telemetry import keys
+from zico.telemetry.consumer import ControlConsumer
+from zico.tenants.models import Role
+
+from .test_scheduling_waiting import api  # noqa: F401 (fixture)
+
+from .conftest import GiB
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARAMS = {"iterations": 50, "batch_size": 48}  # the same for every job of a test: identical jobs
+
+
+def _job(tenant, status="queued", params=PARAMS):
+    job = Job.objects.create(tenant=tenant, workload="digits-cnn", params=params)
+    if status != "queued":
+        job.transition(status)
+    return job
+
+
+def _profile_tasks(queued_messages, cluster):
+    return [args[0] for d in cluster for task, args in queued_messages(d.queue) if task == "zico.device.profile_job"]
+
+
+@pytest.fixture
+def fail_profile(cluster, settings):
+    """fail_profile(job, error, device=cluster[0]): the job is profiling on ``device`` and its worker reports
+    ``error`` (a ``profile_done`` through the real Link and control consumer)."""
+    consumer = ControlConsumer(settings.REDIS_URL, name="known-needs", block_ms=20)
+
+    def fail(job, error, device=None):
+        device = device or cluster[0]
+        job.transition("profiling", device=device)
+        link = Link(settings.REDIS_URL, keys.device_key(device.kind, device.node.host, device.index))
+        link.emit("profile_done", job=job.pk, error=error)
+        link.flush()
+        for _ in range(4):
+            consumer.step()
+        job.refresh_from_db()
+        assert job.status == "failed"
+        return job
+    return fail
+
+
+@pytest.fixture
+def submit(tenant):
+    """submit(params) -> the POST /api/jobs/ response of a member of ``tenant``."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(f"member-{tenant.slug}")
+    tenant.add_member(user, Role.MEMBER)
+    client = APIClient()
+    client.force_login(user)
+    return lambda params=PARAMS: client.post("/api/jobs/", {"tenant": tenant.slug, "workload": "digits-cnn",
+                                                            "params": params}, format="json")
+
+
+def _full(params):
+    from workers.workloads.catalog import validate_params
+
+    return validate_params("digits-cnn", params)
+
+
+def test_an_identical_jobs_profile_is_reused_and_the_job_is_not_profiled(cluster, tenant, queued_messages):
+    earlier = _job(tenant)
+    MemoryProfile.record(earlier, triangular_curve(GiB, 3 * GiB, 0.2))
+    earlier.transition("ready")
+    again, other = _job(tenant), _job(tenant, params={**PARAMS, "batch_size": 16})
+    res = Scheduler().run_round()
+    assert again.pk in res.ready and again.pk not in res.profiling and other.pk in res.profiling
+    copy = again.latest_profile()
+    assert copy.curve == earlier.latest_profile().curve and copy.peak_bytes == 3 * GiB
+    event = again.events.get(kind=Event.Kind.STATUS_CHANGE, details__to="ready")
+    assert event.details["profile_of_job"] == earlier.pk and "identical job reused" in event.details["reason"]
+    assert _profile_tasks(queued_messages, cluster) == [other.pk]
+
+
+def test_a_remembered_out_of_memory_refuses_the_next_identical_job_at_submit_and_in_the_scheduler(
+        cluster, tenant, fail_profile, submit, queued_messages):
+    params = _full(PARAMS)
+    queued_before = _job(tenant, params=params)  # submitted before the first one failed
+    first = fail_profile(_job(tenant, params=params), "OutOfMemoryError: Zico CPU pool: out of memory")
+    failure = first.metrics["profile_failure"]
+    assert failure == {"kind": "out_of_memory", "reason": "OutOfMemoryError: Zico CPU pool: out of memory",
+                       "device": str(cluster[0]), "budget_bytes": 16 * GiB}
+    r = submit()
+    assert r.status_code == 400, r.content
+    message = r.data["params"][0]
+    assert f"profiling identical job {first.pk} failed on {cluster[0]} (budget {16 * GiB} bytes" in message
+    assert "out of memory" in message and "change the params" in message
+    res = Scheduler().run_round()
+    assert res.failed == [queued_before.pk] and not res.profiling
+    queued_before.refresh_from_db()
+    assert queued_before.failure_reason.startswith(f"profiling identical job {first.pk} failed")
+    assert queued_before.failure_reason.endswith("not profiled again")
+    assert _profile_tasks(queued_messages, cluster) == []
+    assert submit(params={**PARAMS, "batch_size": 8}).status_code == 201  # other params: not identical
+
+
+def test_an_out_of_memory_no_longer_applies_once_a_bigger_device_is_registered(cluster, tenant, fail_profile, submit):
+    fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
+    assert submit().status_code == 400
+    node = cluster[0].node
+    Device.objects.create(node=node, index=7, kind="gpu", name="Bigger GPU", uuid=f"GPU-{node.host}-7",
+                          total_bytes=80 * GiB, budget_bytes=72 * GiB)
+    assert submit().status_code == 201
+    assert Job.objects.get(status="queued").pk in Scheduler().run_round().profiling  # profiled on its chance
+
+
+def test_an_out_of_memory_beside_other_jobs_is_not_remembered(cluster, tenant, fail_profile, submit):
+    neighbour = _job(tenant, params={"iterations": 9})
+    MemoryProfile.record(neighbour, triangular_curve(GiB, 2 * GiB, 0.2))
+    neighbour.transition("ready")
+    Placement.open(cluster[0], [neighbour])  # it held part of the device while the profile ran
+    failed = fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
+    assert "profile_failure" not in failed.metrics and "out of memory" in failed.failure_reason
+    assert submit().status_code == 201
+
+
+@pytest.mark.parametrize("error", [
+    "cancelled on request",
+    "OSError: [Errno 28] No space left on device",
+    "ZicoError: the allocator cannot run here",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+])
+def test_failures_of_the_machine_or_a_cancel_are_not_held_against_an_identical_job(cluster, tenant, fail_profile,
+                                                                                   submit, error):
+    failed = fail_profile(_job(tenant, params=_full(PARAMS)), error)
+    assert "profile_failure" not in failed.metrics
+    assert submit().status_code == 201
+
+
+def test_a_workload_error_is_remembered_with_its_reason(cluster, tenant, fail_profile, submit):
+    error = "FloatingPointError: iteration 2: loss is nan"
+    first = fail_profile(_job(tenant, params=_full(PARAMS)), error)
+    assert first.metrics["profile_failure"] == {"kind": "error", "reason": error}
+    r = submit()
+    assert r.status_code == 400 and f"profiling identical job {first.pk} failed: {error}" in r.data["params"][0]
+
+
+def test_a_time_limit_is_remembered_until_the_limit_is_raised(cluster, tenant, fail_profile, submit, settings):
+    error = ("stopped after 130 s and 1 of 4 iterations: over the profiling time limit of 120 s "
+             "(ZICO_PROFILE_TIME_LIMIT_S)")
+    first = fail_profile(_job(tenant, params=_full(PARAMS)), error)
+    assert first.metrics["profile_failure"] == {"kind": "time_limit", "reason": error, "limit_s": 120.0}
+    assert submit().status_code == 400
+    settings.ZICO_PROFILE_TIME_LIMIT_S = 600.0
+    assert submit().status_code == 201
+
+
+def test_a_later_successful_profile_wins_over_an_earlier_failure(cluster, tenant, fail_profile, submit):
+    fail_profile(_job(tenant, params=_full(PARAMS)), "FloatingPointError: loss is nan")
+    fixed = _job(tenant, params=_full(PARAMS))
+    MemoryProfile.record(fixed, triangular_curve(GiB, 2 * GiB, 0.2))  # e.g. a curve stored with manage.py curve
+    assert submit().status_code == 201
+
+
+def test_identical_jobs_queued_together_are_profiled_once_and_the_others_take_its_curve(cluster, tenant, api,
+                                                                                       queued_messages):
+    scheduler = Scheduler()  # one process: its first round alone resends what an earlier one left profiling
+    first, second = _job(tenant), _job(tenant)
+    res = scheduler.run_round()
+    assert res.profiling == [first.pk] and res.waiting[second.pk].kind == "identical_profiling"
+    body = api(second)
+    assert (body["status"], body["waiting_kind"]) == ("queued", "identical_profiling")
+    assert body["waiting_reason"] == (f"waiting for the profile of identical job {first.pk} (same workload and "
+                                      "params): it is not profiled twice")
+    third = _job(tenant)  # submitted while the first one profiles
+    assert scheduler.run_round().profiling == [] and Job.objects.get(pk=third.pk).status == "queued"
+    MemoryProfile.record(first, triangular_curve(GiB, 3 * GiB, 0.2))  # the worker's profile_done, as the consumer
+    first.transition("ready")
+    res = scheduler.run_round()
+    assert {second.pk, third.pk} <= set(res.ready) and not res.profiling
+    assert _profile_tasks(queued_messages, cluster) == [first.pk]  # one profile for the three
+
+
+def test_a_held_job_is_profiled_after_all_if_the_identical_profile_ends_without_a_curve(cluster, tenant):
+    first, second = _job(tenant), _job(tenant)
+    Scheduler().run_round()
+    first.transition("cancelled")  # a cancel says nothing about the workload
+    assert Scheduler().run_round().profiling == [second.pk]
