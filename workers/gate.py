@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+from .stopped import RunStopped  # noqa: F401  (raised by Gate.wait; re-exported for the agent)
+
 log = logging.getLogger(__name__)
 
 WAIT_POLL_S = 0.5  # how often a waiting job re-checks for cancellation
@@ -44,14 +46,6 @@ FORWARD_STALL = 10.0  # during forward the coordinator sees the job held at its 
 #   the job's log holds one delay record per run instead of one per iteration.
 DELAY_MIN_S = 0.05
 DELAY_REPORT_EVERY_S = 5.0
-
-
-class RunStopped(Exception):
-    """A cancel or abort arrived while the job waited at the gate; ``status`` says which."""
-
-    def __init__(self, status: str):
-        super().__init__(status)
-        self.status = status
 
 
 class Gate:

@@ -46,7 +46,7 @@ from typing import Any
 from zico_contracts.oom import describe_oom
 from zico_contracts import agent as proto
 
-from .gate import RunStopped as Stopped  # the agent (or SIGTERM) asked the job to stop: cancelled or aborted
+from .stopped import RunStopped as Stopped  # the agent (or SIGTERM) asked the job to stop: cancelled or aborted
 
 STATS_INTERVAL_S = 0.2
 METRIC_EVERY_S = 1.0

@@ -34,7 +34,7 @@ import time
 import weakref
 from typing import Any
 
-from .gate import RunStopped
+from .stopped import RunStopped
 
 
 class JobStopped(BaseException):

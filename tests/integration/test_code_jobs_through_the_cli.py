@@ -62,11 +62,15 @@ def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, 
         out = zico(home, "submit", "--json", "--name", name, str(project), "--", *argv)
         assert out.returncode == 0, out.stderr
         ids[name] = json.loads(out.stdout)["job"]["id"]
+    example = zico(home, "submit", "--json", "--name", "example", str(REPO / "examples" / "digits-mlp"), "--",
+                   "python", "train.py", "--epochs", "3")  # the README's example project
+    assert example.returncode == 0, example.stderr
+    ids["example"] = json.loads(example.stdout)["job"]["id"]
     stack.scheduler("--interval", "1")
     ended = ("succeeded", "failed", "cancelled")
     waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in ids.values()), 900, "every job to end")
     jobs = {n: Job.objects.get(pk=i) for n, i in ids.items()}
-    for name in ("mlp", "lstm", "metrics"):
+    for name in ("mlp", "lstm", "metrics", "example"):
         assert jobs[name].status == "succeeded", (name, jobs[name].failure_reason, stack.log("worker.log")[-3000:])
         profile = MemoryProfile.objects.filter(job=jobs[name]).first()
         assert profile is not None and profile.source == "allocator-trace" and profile.peak_bytes > 0
@@ -77,6 +81,11 @@ def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, 
     logs = zico(home, "logs", str(ids["mlp"]))
     assert logs.returncode == 0, logs.stderr
     assert "mlp: 30 steps, final loss" in logs.stdout
+    shown = zico(home, "logs", str(ids["example"]))
+    assert "epoch 3/3: loss" in shown.stdout and jobs["example"].metrics["accuracy"] > 0.5
+    got = zico(home, "download", str(ids["example"]), "-o", str(tmp_path / "dl"))
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "dl" / "model.pt").stat().st_size > 10_000  # the model the job saved to its output dir
     follow = zico(home, "logs", "-f", str(ids["raises"]))
     assert follow.returncode == 1  # the job's outcome
     assert "ValueError" in follow.stderr

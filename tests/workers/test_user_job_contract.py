@@ -183,3 +183,14 @@ def test_a_crash_is_placed_at_the_users_line_from_faulthandlers_stack():
             '  File "<frozen runpy>", line 88 in _run_code']
     assert crash_site(tail, "/job/code") == " (lib/ext.py, line 7)"
     assert crash_site(tail[:5], "/job/code") == ""
+
+
+def test_the_job_side_modules_import_on_the_sandboxes_path_without_the_web_side():
+    # what a sandboxed job process imports before the user's script runs: nothing from platform/ (placement,
+    # zico) may be needed, since the sandbox does not mount it (workers.agent.sandbox.JOB_SIDE_DIRS)
+    code = ("import sys, workers.scriptproc, workers.stepclock, workers.jobproc, workers.stopped; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'placement', 'zico', 'django', 'celery'}))")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{ROOT}:{ROOT / 'zico_job' / 'shim'}"}
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
