@@ -280,13 +280,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _budget(text: str | None, device: str) -> int:
-    from workers.nvml import gpu_info, parse_bytes
+    """``--budget`` in bytes; by default 4 GiB on CPU, 90 % of the GPU's memory (NVML, else torch in a child
+    process: this one never initialises CUDA)."""
+    from workers.nvml import DeviceInfoError, gpu_info, parse_bytes
 
     if text is not None:
         return parse_bytes(text)
     if device == "cpu":
         return 4 << 30
-    return int(0.9 * gpu_info(int(device.partition(":")[2] or 0)).total_bytes)
+    index = int(device.partition(":")[2] or 0)
+    try:
+        total = gpu_info(index).total_bytes
+    except (DeviceInfoError, ImportError, OSError):
+        out = subprocess.run([sys.executable, "-c", "import sys, torch; "
+                              f"print(torch.cuda.get_device_properties({index}).total_memory)"],
+                             capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            why = (out.stderr.strip().splitlines() or ["no error text"])[-1]
+            raise BenchError(f"--device {device}: cannot read its memory size ({why}); give --budget")
+        total = int(out.stdout.strip())
+    return int(0.9 * total)
 
 
 def _torch_version() -> str:
@@ -299,12 +312,17 @@ def _torch_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0 when every arm of every workload ran (whatever the ratios), 1 when an arm failed."""
+    """Exit status 0 when every arm of every workload ran (whatever the ratios), 1 when an arm failed, 2 for a
+    budget that cannot be read or set."""
     from workers.colocate import parse_job
 
     a = parse_args(argv)
     jobs = [parse_job(text) for text in (a.job or (CUDA_JOBS if a.device.startswith("cuda") else CPU_JOBS))]
-    budget = _budget(a.budget, a.device)
+    try:
+        budget = _budget(a.budget, a.device)
+    except (BenchError, ValueError) as exc:
+        print(f"job_overhead: {exc}", file=sys.stderr)
+        return 2
     capacity = budget if a.device == "cpu" else None
     env = child_env(a.threads)
     header = {"device": a.device, "torch": _torch_version(), "cpus": os.cpu_count(), "threads": a.threads,
