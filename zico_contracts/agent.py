@@ -169,6 +169,10 @@ class LineReader:
         self.direction = direction
         self._buf = b""
 
+    def buffered(self) -> bool:
+        """True when a whole message is already buffered (the next :meth:`read` returns without a recv)."""
+        return b"\n" in self._buf
+
     def read(self) -> dict[str, Any] | None:
         """Block for the next message. Returns None at end of stream; raises ProtocolError, OSError."""
         while b"\n" not in self._buf:

@@ -23,7 +23,10 @@ enum MsgType : uint32_t {
   kGrant = 3,
   // agent -> job: the request c was refused; a = RefuseReason, text = the agent's explanation.
   kRefuse = 4,
-  // job -> agent: the chunks ids[0..n) are unmapped and come back to the agent's free list.
+  // job -> agent: the chunks ids[0..n) are unmapped and come back to the agent's free list. b = 1:
+  // the job returns them on its way to a waiting request (its pool gives back its cached segments
+  // first); they reach the free list when that request (any next message) arrives, so no other
+  // job's request is granted them in between (Note [Returns before a request] in agent_server.cpp).
   kReturn = 5,
   // agent -> job: please return wholly free cached segments up to a bytes (0 = no longer needed).
   kReclaim = 6,

@@ -224,6 +224,43 @@ void AgentServer::loop() {
   }
 }
 
+// Note [Parked chunks]
+// ~~~~~~~~~~~~~~~~~~~~
+// A job's pool whose request was refused without waiting returns its wholly free cached segments,
+// then asks again, waiting (rule 2 of Note [Agent grants]). Its RETURN and REQUEST are separate
+// packets and the agent decides after each, so when those chunks went to the free list a
+// neighbour's waiting request — a greedy job that keeps asking — was granted them first, and the
+// job lost its cache, which it needs again next iteration (test_a_greedy_job_gets_none_of_the_
+// cache_...: the greedy job was granted all 48 MiB the other job returned; the other job's 20 MiB
+// request then went past the budget by rule 4, or, with rule 4's old order, was refused while the
+// greedy job took the whole capacity). So such returns carry b = 1 and the chunks are *parked*: still held by the job (counted in its held
+// bytes and the pool's), unmapped there, and granted back to it first — its next requests take
+// parked chunks before free ones and need room only for the rest. Parked chunks go to the free
+// list when the job returns anything without b = 1 (it gives memory back of its own accord: a
+// reclaim answered, empty_cache), when it disconnects, and whenever rule 3 would send it a
+// RECLAIM (the pool is over the budget, or a waiting job holds no more than it): the agent takes
+// parked chunks back at once, as the job's pool would return free cached segments. So max-min
+// fairness is kept: parked chunks are the job's holding for every rule, never a way past one.
+bool AgentServer::take_back(Job& j, uint32_t id) {
+  auto pos = id < chunks_.size() && chunks_[id].holder == j.id ? std::find(j.held.begin(), j.held.end(), id)
+                                                                 : j.held.end();
+  if (pos == j.held.end()) return false;  // not this job's chunk: ignored, never freed on its word
+  *pos = j.held.back();
+  j.held.pop_back();
+  Chunk& c = chunks_[id];
+  c.holder = -1;
+  c.last_job = j.id;
+  c.last_tenant = j.tenant;
+  free_.push_back(id);
+  ++j.returned;
+  return true;
+}
+
+void AgentServer::unpark(Job& j) {
+  for (uint32_t id : j.parked) take_back(j, id);
+  j.parked.clear();
+}
+
 void AgentServer::on_message(Job& j, const Msg& m, long len) {
   if (static_cast<size_t>(len) != sizeof(Msg) || m.magic != kMagic) {
     ++j.bad_messages;
@@ -250,24 +287,21 @@ void AgentServer::on_message(Job& j, const Msg& m, long len) {
     decide();
     if (j.pending.active && j.pending.wait) ++j.waits;
   } else if (m.type == kReturn) {
+    const bool park = m.b == 1;  // Note [Parked chunks]
     const uint32_t n = std::min(m.n, kMaxIds);
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t id = m.ids[i];
-      auto pos = id < chunks_.size() && chunks_[id].holder == j.id
-                     ? std::find(j.held.begin(), j.held.end(), id) : j.held.end();
-      if (pos == j.held.end()) {  // not this job's chunk: ignored, never freed on its word
+      const bool held = id < chunks_.size() && chunks_[id].holder == j.id &&
+                        std::find(j.parked.begin(), j.parked.end(), id) == j.parked.end();
+      if (!held) {  // not this job's chunk (or one it returned already): ignored, never freed on its word
         ++j.bad_messages;
-        continue;
+      } else if (park) {
+        j.parked.push_back(id);
+      } else {
+        take_back(j, id);
       }
-      *pos = j.held.back();
-      j.held.pop_back();
-      Chunk& c = chunks_[id];
-      c.holder = -1;
-      c.last_job = j.id;
-      c.last_tenant = j.tenant;
-      free_.push_back(id);
-      ++j.returned;
     }
+    if (!park) unpark(j);  // it gives memory back of its own accord
   } else {
     ++j.bad_messages;
   }
@@ -284,6 +318,7 @@ void AgentServer::disconnect(Job& j, bool quarantine) {
     ++j.returned;
   }
   j.held.clear();
+  j.parked.clear();
   if (j.pending.active) finish_wait(j);
   j.pending.active = false;
   j.connected = false;
@@ -318,29 +353,40 @@ void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
 //      to the earlier request), so a job that never frees cannot overtake one that holds less.
 //   2. A request asked with wait = 0 that does not fit is refused at once (the job then returns its
 //      own cached free segments and asks again with wait = 1: its pool does that in one
-//      allocation, see DevicePool::allocate).
+//      allocation, see DevicePool::allocate). Those returns are parked: the job's next requests
+//      get them back first, and no one else gets them unless rule 3 would (Note [Parked chunks]).
 //   3. While a request waits, every job that is not waiting and holds at least as much as the waiter
-//      (or is yielding: Note [Yielding jobs]) is sent RECLAIM(shortfall); while held > budget (after a deadlock grant or a lowered budget)
+//      (or is yielding: Note [Yielding jobs]) is sent RECLAIM(shortfall); while held > budget (after a
+//      deadlock grant or a lowered budget)
 //      every job is sent RECLAIM(held - budget). A job answers by returning wholly free cached
 //      segments (at once from its listener thread, and again on each free): RETURN messages.
 //   4. Deadlock: when at least two jobs wait and no connected job outside the waiters holds a
-//      chunk, nobody can free. The smallest waiting request that fits in the free chunks is
-//      granted past the budget (ties: the job holding least) — never past capacity: only free
-//      chunks are ever granted. If none fits, the waiter holding least is refused (its job's error
-//      path frees; the others, nearer their peaks, keep waiting). A lone waiter that no other
-//      holder could help is refused at once: the budget is its limit.
+//      chunk, nobody can free. Of the waiting requests that fit in the free chunks, the one of the
+//      job holding least is granted past the budget (ties: the smaller request, then the earlier)
+//      — never past capacity: only free chunks are ever granted. If none fits, the waiter holding
+//      least is refused (its job's error path frees; the others, nearer their peaks, keep
+//      waiting). A lone waiter that no other holder could help is refused at once: the budget is
+//      its limit. Note [Deadlock grants, max-min]: the grant used to go to the smallest request,
+//      and a job that retries after every refusal with small requests (a greedy one) beside a
+//      waiting job won one grant after another, up to the capacity, and the other job was refused
+//      (test_a_retrying_job_in_a_deadlock_...: 4 grants, 48 MiB past a 48 MiB budget). Holding
+//      least first is rule 1's max-min order, and it gives the grant to the job that frees at the
+//      end of its iteration rather than to one that never frees.
 //   5. A waiting request is refused when it has waited wait_s (ZICO_BUDGET_WAIT_S by default).
 // Bounds: held <= capacity at all times (worst case: the whole capacity, reached only through
-// rule-4 grants). Past the budget only by rule 4, which needs two waiting jobs: a job alone, or
-// one that keeps asking while another job could free, never gets past the budget. Once held >
+// rule-4 grants; each grant adds one request, and the next one needs every holder waiting again).
+// Past the budget only by rule 4, which needs two waiting jobs: a job alone, or one that keeps
+// asking while another job could free, never gets past the budget, and a job holding more than
+// another waiter never gets a rule-4 grant. Once held >
 // budget, rule 1 grants nothing and rule 3 makes every free return segments, so held comes back
 // under the budget as the grantee frees (within the iteration that caused it).
 void AgentServer::decide() {
+  unpark_wanted();
   for (;;) {
     const uint64_t held = held_bytes();
     auto fits = [&](const Job& j) {
-      const uint64_t want = j.pending.chunks * chunk_;
-      return free_.size() >= j.pending.chunks && (budget_ == kNone || (want <= budget_ && held <= budget_ - want));
+      const uint64_t k = new_chunks(j), want = k * chunk_;
+      return free_.size() >= k && (budget_ == kNone || (want <= budget_ && held <= budget_ - want));
     };
     auto smaller = [](const Job* a, const Job* b) {
       return !b || a->held.size() < b->held.size() ||
@@ -376,11 +422,14 @@ void AgentServer::decide() {
                                        describe(waiting[0]->pending.chunks * chunk_) + ")");
       break;
     }
-    // Deadlock: the smallest waiting request that fits in the free chunks goes past the budget.
+    // Deadlock: of the waiting requests that fit in the free chunks, the job holding least goes past
+    // the budget (ties: the smaller request, then the earlier) — Note [Deadlock grants, max-min].
     Job* g = nullptr;
     for (Job* j : waiting) {
-      if (free_.size() < j->pending.chunks) continue;
-      if (!g || j->pending.chunks < g->pending.chunks || (j->pending.chunks == g->pending.chunks && smaller(j, g)))
+      if (free_.size() < new_chunks(*j)) continue;
+      if (!g || j->held.size() < g->held.size() ||
+          (j->held.size() == g->held.size() &&
+           (new_chunks(*j) < new_chunks(*g) || (new_chunks(*j) == new_chunks(*g) && smaller(j, g)))))
         g = j;
     }
     if (g) {
@@ -409,14 +458,18 @@ void AgentServer::decide() {
 
 bool AgentServer::grant(Job& j, bool over_budget) {
   const uint64_t k = j.pending.chunks;
-  // Prefer chunks this tenant held last (or never used): no scrub, and their pages are resident.
+  // The job's own parked chunks first (Note [Parked chunks]): held by it already.
+  const size_t reuse = std::min<size_t>(k, j.parked.size());
+  std::vector<uint32_t> again(j.parked.end() - reuse, j.parked.end());
+  j.parked.resize(j.parked.size() - reuse);
+  // Then chunks this tenant held last (or never used): no scrub, and their pages are resident.
   std::vector<uint32_t> pick;
-  pick.reserve(k);
-  for (size_t i = free_.size(); i-- > 0 && pick.size() < k;) {
+  pick.reserve(k - reuse);
+  for (size_t i = free_.size(); i-- > 0 && pick.size() < k - reuse;) {
     const Chunk& c = chunks_[free_[i]];
     if (c.last_tenant == j.tenant || c.last_tenant == -1) pick.push_back(free_[i]);
   }
-  for (size_t i = free_.size(); i-- > 0 && pick.size() < k;) {
+  for (size_t i = free_.size(); i-- > 0 && pick.size() < k - reuse;) {
     const Chunk& c = chunks_[free_[i]];
     if (c.last_tenant != j.tenant && c.last_tenant != -1) pick.push_back(free_[i]);
   }
@@ -434,6 +487,7 @@ bool AgentServer::grant(Job& j, bool over_budget) {
     }
     if (c.fd < 0 && ops_.create(ops_.ctx, chunk_, &c.fd, &c.handle) != 0) c.fd = -1;
     if (c.fd < 0) {
+      j.parked.insert(j.parked.end(), again.begin(), again.end());
       refuse(j, kCapacity, std::string("agent refused: capacity: creating a ") + ops_.name + " chunk failed: " +
                                std::strerror(errno));
       return false;
@@ -448,6 +502,7 @@ bool AgentServer::grant(Job& j, bool over_budget) {
     c.holder = j.id;
     j.held.push_back(id);
   }
+  pick.insert(pick.begin(), again.begin(), again.end());
   j.granted += k;
   j.peak_held = std::max<uint64_t>(j.peak_held, j.held_bytes(chunk_));
   peak_held_ = std::max(peak_held_, held_bytes());
@@ -471,6 +526,24 @@ bool AgentServer::grant(Job& j, bool over_budget) {
     }
   }
   return true;
+}
+
+void AgentServer::unpark_wanted() {
+  const uint64_t held = held_bytes();
+  const bool over = budget_ != kNone && held > budget_;
+  for (auto& kv : jobs_) {
+    Job& x = kv.second;
+    if (!x.connected || x.parked.empty() || (x.pending.active && !over)) continue;
+    bool wanted = over;
+    for (auto& kw : jobs_) {  // rule 3: a waiter holding no more than x, whose request does not fit
+      const Job& w = kw.second;
+      if (&w == &x || !w.connected || !w.pending.active || !w.pending.wait) continue;
+      if (w.held.size() > x.held.size() && !x.yielding) continue;  // as rule 3 (Note [Yielding jobs])
+      const uint64_t k = new_chunks(w);
+      if (free_.size() < k || (budget_ != kNone && held + k * chunk_ > budget_)) wanted = true;
+    }
+    if (wanted) unpark(x);
+  }
 }
 
 void AgentServer::send_reclaims() {
@@ -514,7 +587,8 @@ std::string AgentServer::stats_json() {
   for (auto& kv : jobs_) {
     const Job& j = kv.second;
     w.open('{').num("job_id", j.id).num("tenant_id", j.tenant).num("held_bytes", j.held_bytes(chunk_));
-    w.num("peak_held_bytes", j.peak_held).num("chunks_granted", j.granted).num("chunks_returned", j.returned);
+    w.num("peak_held_bytes", j.peak_held).num("parked_bytes", j.parked.size() * chunk_);
+    w.num("chunks_granted", j.granted).num("chunks_returned", j.returned);
     w.num("waits", j.waits).num("wait_s", j.wait_s).num("refused", j.refused);
     w.num("deadlock_grants", j.deadlock_grants).num("bad_messages", j.bad_messages);
     w.boolean("waiting", j.pending.active && j.pending.wait).boolean("connected", j.connected);

@@ -58,6 +58,7 @@ class AgentServer {
     bool connected = false;
     bool yielding = false;  // held back by the device's coordinator: its cache is anyone's (Note [Yielding jobs])
     std::vector<uint32_t> held;  // chunk ids
+    std::vector<uint32_t> parked;  // held ids the job unmapped on its way to a request (RETURN b = 1)
     Pending pending;
     uint64_t reclaim_sent = 0;
     uint64_t peak_held = 0, granted = 0, returned = 0, waits = 0, refused = 0, deadlock_grants = 0;
@@ -70,6 +71,13 @@ class AgentServer {
   void loop();
   void wake();
   void on_message(Job& j, const agent::Msg& m, long len);
+  bool take_back(Job& j, uint32_t id);  // a chunk j holds -> the free list; false if j does not hold it
+  void unpark(Job& j);                  // j's parked chunks -> the free list
+  void unpark_wanted();                 // unpark where rule 3 would reclaim (Note [Parked chunks])
+  // Chunks j's pending request needs beyond its parked ones (those need no room: j holds them).
+  uint64_t new_chunks(const Job& j) const {
+    return j.pending.chunks > j.parked.size() ? j.pending.chunks - j.parked.size() : 0;
+  }
   // Takes the job's chunks back. quarantine: the process may still map them (remove_job on a live
   // job), so each is scrubbed before its next grant, whatever the tenant.
   void disconnect(Job& j, bool quarantine = false);

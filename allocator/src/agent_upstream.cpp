@@ -105,6 +105,7 @@ void* AgentUpstream::request(size_t bytes, bool wait) {
     refusal_ = "agent refused: the agent's socket is closed (the device agent stopped or removed this job)";
     return nullptr;
   }
+  before_request_.store(false);
   const uint64_t seq = ++seq_;
   replied_ = false;
   reply_ids_.clear();
@@ -129,7 +130,10 @@ void* AgentUpstream::request(size_t bytes, bool wait) {
   }
   std::vector<uint32_t> ids = std::move(reply_ids_);
   std::vector<int> fds = std::move(reply_fds_);
-  if (ids.empty()) return nullptr;  // refused: refusal_ says why
+  if (ids.empty()) {  // refused: refusal_ says why
+    if (!wait) before_request_.store(true);  // the pool returns its cache next, then asks again
+    return nullptr;
+  }
   lk.unlock();
   void* base = mapper_.map(mapper_.ctx, fds.data(), fds.size(), chunk_);
   for (int fd : fds) close(fd);
@@ -164,11 +168,11 @@ void AgentUpstream::release(void* ptr, size_t /*bytes*/) {
   if (forked()) return;         // the job still holds these chunks (Note [Fork])
   size_t w = wanted_.load();
   while (w > 0 && !wanted_.compare_exchange_weak(w, w > mapped ? w - mapped : 0)) {}
-  send_return(ids);
+  send_return(ids, before_request_.load());
 }
 
-void AgentUpstream::send_return(const std::vector<uint32_t>& ids) {
-  Msg r = make_msg(kReturn);
+void AgentUpstream::send_return(const std::vector<uint32_t>& ids, bool before_request) {
+  Msg r = make_msg(kReturn, 0, before_request ? 1 : 0);
   for (size_t off = 0; off < ids.size(); off += kMaxIds) {
     r.n = static_cast<uint32_t>(std::min<size_t>(kMaxIds, ids.size() - off));
     std::copy(ids.begin() + off, ids.begin() + off + r.n, r.ids);

@@ -60,7 +60,8 @@ class AgentUpstream final : public Upstream {
   AgentUpstream(int fd, uint64_t chunk, uint64_t capacity, const zico_chunk_mapper& mapper);
   bool forked() const;  // true in a child forked from the job: the socket is not ours to use
   void* request(size_t bytes, bool wait);
-  void send_return(const std::vector<uint32_t>& ids);  // hands chunks back, kMaxIds a message
+  // Hands chunks back, kMaxIds a message; before_request: on the way to a waiting request (RETURN b = 1).
+  void send_return(const std::vector<uint32_t>& ids, bool before_request = false);
   void listen();
   void reclaim_loop();
 
@@ -83,6 +84,9 @@ class AgentUpstream final : public Upstream {
   std::string refusal_;
   std::unordered_map<void*, std::vector<uint32_t>> segments_;  // base -> chunk ids (under mu_)
   std::atomic<size_t> wanted_{0};
+  // Set by a request refused without waiting: the pool now returns its cached segments and asks
+  // again, waiting (DevicePool::allocate, under the pool's mutex), so those returns say so.
+  std::atomic<bool> before_request_{false};
   std::condition_variable reclaim_cv_;
   bool reclaim_due_ = false;
   std::thread listener_, reclaimer_;

@@ -97,15 +97,17 @@ def run_hold(lib, args):
 
 
 def run_script(lib, args):
-    """Commands on stdin, one per line, each answered by one event: "alloc" (one block of step_bytes;
-    the answer comes once the agent granted or refused), "free" (every block), "exit"."""
+    """Commands on stdin, one per line, each answered by one event: "alloc [bytes]" (one block of
+    step_bytes, or of the bytes given; the answer comes once the agent granted or refused), "free"
+    (every block), "exit"."""
     held = []
     for line in sys.stdin:
-        cmd = line.strip()
+        cmd, _, size = line.strip().partition(" ")
         if cmd == "alloc":
-            p = lib.zico_malloc(args.step_bytes, HOST, None)
+            nbytes = int(size or args.step_bytes)
+            p = lib.zico_malloc(nbytes, HOST, None)
             if p:
-                ctypes.memset(p, 5, args.step_bytes)
+                ctypes.memset(p, 5, nbytes)
                 held.append(p)
             say(alloc=bool(p), blocks=len(held), detail=None if p else (za.last_oom(HOST) or {}).get("detail"))
         elif cmd == "free":

@@ -232,6 +232,75 @@ def test_deadlock_grant_then_the_pool_returns_under_the_budget(agent):
 
 
 @pytest.mark.timeout(60)
+def test_a_greedy_job_gets_none_of_the_cache_a_job_returns_on_its_way_to_a_waiting_request(agent):
+    budget = 120 * MiB
+    pool = agent(2 * budget, budget, wait_s=0.5)
+    a = JobProcess(pool, 1, 1, "script", "--step-bytes", STEP)
+    for _ in range(4):
+        a.send("alloc")
+        assert a.until("alloc")["alloc"]
+    a.send("free")  # a's pool keeps its four 12 MiB segments cached: held 48 MiB
+    assert a.until("freed")["reserved"] == 4 * STEP
+    greedy = JobProcess(pool, 2, 1, "greedy", "--step-bytes", STEP, "--max-ooms", 10_000)
+    try:
+        greedy.until("refused")  # the rest of the budget is its, and it asks again at once, every time
+        assert pool.stats()["jobs"][2]["held_bytes"] == budget - 4 * STEP
+        # a needs a segment its cache cannot serve: refused without waiting, its pool returns its cache and asks
+        # again, waiting. The returned chunks are parked for a (Note [Parked chunks]), not the greedy job's.
+        a.send(f"alloc {20 * MiB}")
+        got = a.until("alloc")
+        stats = pool.stats()
+    finally:
+        greedy.proc.kill()
+        greedy.proc.wait()
+    print({j: {k: stats["jobs"][j][k] for k in ("held_bytes", "parked_bytes")} for j in (1, 2)}, stats["pool"])
+    assert got["alloc"], got["detail"]
+    assert stats["jobs"][2]["held_bytes"] == budget - 4 * STEP  # nothing more for the greedy job
+    assert stats["jobs"][1]["held_bytes"] == 4 * STEP and stats["jobs"][1]["parked_bytes"] == 4 * STEP - 20 * MiB
+    assert stats["pool"]["deadlock_grants"] == 0 and stats["pool"]["peak_held_bytes"] <= budget
+    a.send("free")
+    a.until("freed")
+    a.finish()
+
+
+@pytest.mark.timeout(60)
+def test_a_retrying_job_in_a_deadlock_gets_no_grant_past_the_budget_and_the_pool_returns_under_it(agent):
+    """The deadlock rule's bound with a job that keeps retrying after every refusal beside one that waits: the
+    grant past the budget goes to the job holding least (max-min), never to the retrying one, whose requests
+    are the smaller; the pool never holds more than its capacity and is back under the budget once the
+    grantee's iteration freed. (Before, rule 4 granted the smallest request: the retrying job took one grant
+    after another up to the capacity, and the other job's request was refused.)"""
+    budget, capacity = 48 * MiB, 96 * MiB
+    pool = agent(capacity, budget, wait_s=0.5)
+    a = JobProcess(pool, 1, 1, "script", "--step-bytes", STEP)
+    a.send("alloc")
+    assert a.until("alloc")["alloc"]  # a holds 12 MiB
+    greedy = JobProcess(pool, 2, 1, "greedy", "--step-bytes", STEP, "--max-ooms", 10_000)
+    try:
+        greedy.until("refused")  # 36 MiB, the rest of the budget; asks again after every refusal
+        a.send(f"alloc {20 * MiB}")  # both wait and nobody else holds memory: the deadlock rule
+        got = a.until("alloc")
+        during = pool.stats()
+        a.send("free")  # the grantee's iteration ends: its frees
+        a.until("freed")
+        after = pool.stats()
+    finally:
+        greedy.proc.kill()
+        greedy.proc.wait()
+    figures = {"during": {j: during["jobs"][j]["held_bytes"] // MiB for j in (1, 2)},
+               "after": {j: after["jobs"][j]["held_bytes"] // MiB for j in (1, 2)},
+               **{k: during["pool"][k] for k in ("deadlock_grants", "over_budget_bytes_peak", "peak_held_bytes")}}
+    print(figures)
+    assert got["alloc"], got["detail"]
+    assert during["jobs"][1]["deadlock_grants"] == 1 and during["jobs"][2]["deadlock_grants"] == 0, figures
+    assert during["jobs"][2]["peak_held_bytes"] == budget - STEP, figures  # its grant: what a left free
+    assert during["pool"]["over_budget_bytes_peak"] == 20 * MiB, figures  # one request past the budget, no more
+    assert during["pool"]["peak_held_bytes"] <= capacity
+    assert after["pool"]["held_bytes"] <= budget, figures
+    a.finish()
+
+
+@pytest.mark.timeout(60)
 def test_an_idle_job_gives_back_its_cached_segments_when_another_waits(agent):
     budget = 48 * MiB
     pool = agent(512 * MiB, budget, wait_s=20.0)

@@ -25,6 +25,23 @@ def test_compose_file_validates():
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose (Debian package) not installed")
+def test_compose_file_validates_with_the_mps_profile_and_the_worker_in_the_hosts_ipc_namespace():
+    env = {**os.environ, "ZICO_GPU_WORKER_IPC": "host"}
+    out = subprocess.run(["docker-compose", "--profile", "mps", "config"], cwd=REPO, capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    import yaml
+
+    services = yaml.safe_load(out.stdout)["services"]
+    assert services["mps-daemon"]["ipc"] == "host" and services["gpu-worker-0"]["ipc"] == "host"
+    # without the variable the worker keeps a private IPC namespace
+    plain = subprocess.run(["docker-compose", "config"], cwd=REPO, capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "ZICO_GPU_WORKER_IPC"})
+    assert plain.returncode == 0, plain.stderr
+    assert yaml.safe_load(plain.stdout)["services"]["gpu-worker-0"]["ipc"] == "private"
+
+
 def test_check_deploy_is_clean_with_production_env():
     out = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
                          cwd=REPO, env=PROD_ENV, capture_output=True, text=True)

@@ -1,4 +1,5 @@
-"""Every service command in docker-compose.yml names an entry point that exists and accepts its arguments."""
+"""Every service command in docker-compose.yml names an entry point that exists and accepts its arguments; the
+optional MPS daemon (profile ``mps``) and the GPU workers agree on its pipe directory."""
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,27 @@ def test_web_command_migrates_collects_static_and_serves_wsgi():
     out = subprocess.run([sys.executable, "-c", "import zico.wsgi"], cwd=REPO, capture_output=True, text=True,
                          env={"DEBUG": "1", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
+
+
+def test_mps_daemon_is_optional_and_shares_its_pipe_directory_with_the_gpu_workers():
+    services = _services()
+    daemon = services["mps-daemon"]
+    assert daemon["profiles"] == ["mps"]  # only with --profile mps
+    assert daemon["command"] == ["nvidia-cuda-mps-control", "-f"]  # in the foreground: the container's process
+    assert all("profiles" not in s for name, s in services.items() if name != "mps-daemon")
+    pipe = daemon["environment"]["CUDA_MPS_PIPE_DIRECTORY"]
+    assert daemon["environment"]["CUDA_MPS_LOG_DIRECTORY"]
+
+    def mounted_at(service, path):
+        return [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == path]
+
+    [volume] = mounted_at(daemon, pipe)
+    workers = {name: s for name, s in services.items() if name.startswith("gpu-worker")}
+    assert workers
+    for name, worker in workers.items():
+        assert worker["environment"]["CUDA_MPS_PIPE_DIRECTORY"] == pipe, name
+        assert mounted_at(worker, pipe) == [volume], name
+        assert mounted_at(worker, "/var/lib/zico") == ["zico-data"], name  # its own volumes kept
+    gpus = {d for w in workers.values() for r in w["deploy"]["resources"]["reservations"]["devices"]
+            for d in r["device_ids"]}
+    assert gpus <= set(daemon["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"])

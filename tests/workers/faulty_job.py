@@ -3,19 +3,26 @@
 Run as ``python -m faulty_job --spec ...`` (this folder on PYTHONPATH) by a DeviceAgent whose
 ``job_module`` is ``faulty_job``. The spec's ``params`` go to the workload as usual; the fault is read from
 the environment of the agent's process: ``ZICO_TEST_FAULT_<job id>=<kind>`` with ``kind`` one of segfault,
-exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind; it strikes inside iteration 2 (forward pass),
-after the job has held pool memory for two iterations. A job without a fault trains normally.
+exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind, greedy; it strikes inside iteration 2 (forward
+pass), after the job has held pool memory for two iterations. A job without a fault trains normally.
+
+``greedy`` is a neighbour that never frees: it allocates 12 MiB tensors through torch (so from the agent's chunks)
+and keeps them, and after every out-of-memory error it tries again, until SIGTERM; then it frees everything and
+ends ``cancelled``.
 """
 import ctypes
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 from workers import jobproc
 from workers.workloads import training
 
 FAULT_AT = 2
+GREEDY_STEP_BYTES = 12 << 20
 
 
 def strike(kind: str, spec: dict) -> None:
@@ -47,11 +54,27 @@ def strike(kind: str, spec: dict) -> None:
             x = torch.ones(2 * budget // 4, dtype=torch.float32)
             time.sleep(3600)
             del x
+    elif kind == "greedy":
+        greedy(torch)
     elif kind == "escape-scope":  # route torch around the allocator, then allocate 2x the budget
         za.set_cpu_scope("off")
         x = torch.ones(2 * budget // 4, dtype=torch.float32)
         time.sleep(3600)
         del x
+
+
+def greedy(torch) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    held, refusals = [], 0
+    while not stop.is_set():
+        try:
+            held.append(torch.ones(GREEDY_STEP_BYTES // 4, dtype=torch.float32))
+        except torch.OutOfMemoryError:
+            refusals += 1  # and again: a greedy job does not take no for an answer
+    sys.stderr.write(f"greedy: held {len(held) * GREEDY_STEP_BYTES} bytes, refused {refusals} times\n")
+    held.clear()
+    raise jobproc.Stopped("cancelled")
 
 
 def main() -> int:
