@@ -22,8 +22,8 @@ MARKER = "(allocator: "
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def _bytes(value: Any) -> str:
-    """``1610612736`` -> ``"1.50 GiB"`` (binary units, as the pages and torch.cuda report)."""
+def format_bytes(value: Any) -> str:
+    """``1610612736`` -> ``"1.50 GiB"`` (binary units, as the pages, nvidia-smi and torch.cuda report)."""
     n = float(value)
     i = 0
     while abs(n) >= 1024 and i < len(_UNITS) - 1:
@@ -53,20 +53,20 @@ def describe_oom(report: dict) -> str:
     job, device = report.get("job"), report.get("device")
     who = f" for job {job}" if isinstance(job, int) and not isinstance(job, bool) and job >= 0 else ""
     where = f" on device {device}" if isinstance(device, (int, str)) and not isinstance(device, bool) else ""
-    head = f"the allocator refused {_bytes(size) if size is not None else 'an allocation'}{who}{where}"
+    head = f"the allocator refused {format_bytes(size) if size is not None else 'an allocation'}{who}{where}"
     budget, capacity = _num(report, "budget_bytes"), _num(report, "capacity_bytes")
     cached, largest = _num(report, "free_cached_bytes"), _num(report, "largest_free_block")
     detail = report.get("detail") if isinstance(report.get("detail"), str) and report.get("detail") else None
     if reason == "budget":
-        why = f"the device budget of {_bytes(budget)} was reached" if budget is not None else \
+        why = f"the device budget of {format_bytes(budget)} was reached" if budget is not None else \
             "the device budget was reached"
     elif reason == "capacity":
-        why = f"the device has no more memory (capacity {_bytes(capacity)})" if capacity is not None else \
+        why = f"the device has no more memory (capacity {format_bytes(capacity)})" if capacity is not None else \
             "the device has no more memory"
     elif reason == "fragmentation":
         why = "enough memory is cached free but no free block is large enough"
         if cached is not None and largest is not None:
-            why += f" ({_bytes(cached)} free, the largest block {_bytes(largest)})"
+            why += f" ({format_bytes(cached)} free, the largest block {format_bytes(largest)})"
     elif reason == "agent":
         why = "the device agent refused more memory" + (f": {detail}" if detail else "")
     elif isinstance(reason, str) and reason:
@@ -75,11 +75,11 @@ def describe_oom(report: dict) -> str:
         why = "no reason given"
     figures = []
     if _num(report, "reserved_bytes") is not None:
-        figures.append(f"reserved {_bytes(report['reserved_bytes'])}")
+        figures.append(f"reserved {format_bytes(report['reserved_bytes'])}")
     if _num(report, "allocated_bytes") is not None:
         mine = _num(report, "job_allocated_bytes")
-        figures.append(f"allocated {_bytes(report['allocated_bytes'])}"
-                       + (f", of which this job {_bytes(mine)}" if mine is not None and who else ""))
+        figures.append(f"allocated {format_bytes(report['allocated_bytes'])}"
+                       + (f", of which this job {format_bytes(mine)}" if mine is not None and who else ""))
     return f"{head}: {why}" + (f" ({', '.join(figures)})" if figures else "")
 
 

@@ -237,13 +237,7 @@ class DeviceAgent:
         if rss is None or run.baseline_rss_anon is None:
             return
         run.peak_rss_anon = max(run.peak_rss_anon, rss)
-        share = 0 if self.pool.shared else self.pool.budget_bytes
-        limit = run.baseline_rss_anon + share + self.settings.bypass_margin_bytes
-        if rss > limit and run.killed_reason is None:
-            self._kill(run, proc, f"allocated {rss - run.baseline_rss_anon} bytes outside the allocator (limit "
-                                  f"{limit - run.baseline_rss_anon} bytes: share {share} + margin "
-                                  f"{self.settings.bypass_margin_bytes}; anonymous memory {rss}, baseline "
-                                  f"{run.baseline_rss_anon})")
+        self._stop_over(run, proc, rss, run.baseline_rss_anon, "bytes", "anonymous memory", "baseline")
 
     def _check_device_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator] on a GPU: NVML's per-process used memory
@@ -259,13 +253,18 @@ class DeviceAgent:
         used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0)) or {}).get(run.job_pid or proc.pid)
         if used is None:
             return
+        self._stop_over(run, proc, used, run.baseline_device_used, "bytes of device memory", "NVML used", "at ready")
+
+    def _stop_over(self, run: JobRun, proc: JobProcess, used: int, baseline: int, what: str, used_name: str,
+                   baseline_name: str) -> None:
+        """Kill ``run`` when ``used`` (bytes) exceeds ``baseline`` + its allowed share (with per-process pools the
+        device budget, with the agent pool 0) + the bypass margin (Note [Memory outside the allocator])."""
         share = 0 if self.pool.shared else self.pool.budget_bytes
-        limit = run.baseline_device_used + share + self.settings.bypass_margin_bytes
+        limit = baseline + share + self.settings.bypass_margin_bytes
         if used > limit and run.killed_reason is None:
-            self._kill(run, proc, f"allocated {used - run.baseline_device_used} bytes of device memory outside the "
-                                  f"allocator (limit {limit - run.baseline_device_used} bytes: share {share} + margin "
-                                  f"{self.settings.bypass_margin_bytes}; NVML used {used}, at ready "
-                                  f"{run.baseline_device_used})")
+            self._kill(run, proc, f"allocated {used - baseline} {what} outside the allocator (limit "
+                                  f"{limit - baseline} bytes: share {share} + margin {self.settings.bypass_margin_bytes}; "
+                                  f"{used_name} {used}, {baseline_name} {baseline})")
 
     def _kill(self, run: JobRun, proc: JobProcess, reason: str) -> None:
         if run.killed_reason is None:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from django import template
 
-from zico_contracts.oom import readable_reason
+from zico_contracts.oom import format_bytes, readable_reason
 
 register = template.Library()
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 @register.filter
@@ -14,12 +13,7 @@ def bytes_h(value) -> str:
     """``1610612736`` -> ``"1.50 GiB"`` (binary units, as nvidia-smi and torch.cuda report); ``—`` if None."""
     if value in (None, ""):
         return "—"
-    n = float(value)
-    i = 0
-    while abs(n) >= 1024 and i < len(_UNITS) - 1:
-        n /= 1024
-        i += 1
-    return f"{int(n)} B" if i == 0 else f"{n:.2f} {_UNITS[i]}"
+    return format_bytes(value)
 
 
 @register.filter
