@@ -329,7 +329,12 @@ class DeviceAgent:
     def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
         run.phase = "wait"
         run.in_gate = True
-        self.pool.set_yielding(run.job_id, True)  # held back: its cache may serve the others (Note [Yielding jobs])
+        # Held back by the plan, its cache may serve the others (Note [Yielding jobs]); only beside neighbours on
+        # its coordinator: a job alone there is never held, and a neighbour outside the coordinator (an ungated,
+        # greedy job) must not drain its cache at every iteration start.
+        yielding = run.gate.joined and run.gate.has_neighbours(run.job_id)
+        if yielding:
+            self.pool.set_yielding(run.job_id, True)
         try:
             delay = run.gate.wait(run.job_id, iteration)
         except RunStopped as stopped:
@@ -337,7 +342,8 @@ class DeviceAgent:
             proc.send("stop", reason=run.stop_status)
             return
         finally:
-            self.pool.set_yielding(run.job_id, False)
+            if yielding:
+                self.pool.set_yielding(run.job_id, False)
             run.in_gate = False
             run.last_progress = time.monotonic()
         run.iteration = iteration

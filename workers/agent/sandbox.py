@@ -151,11 +151,13 @@ def _fresh_subdir(parent: str, name: str, uid: int | None) -> str:
     return path
 
 
-def _parent_dirs(dests: list[str]) -> list[str]:
-    """``--perms 0755 --dir P`` for every parent P of a mount point that no mount provides: bwrap would make
-    them 0700 (root's), which the job's uid could not enter."""
+def _parent_dirs(dests: list[str], provided: list[str] | None = None, seen: set[str] | None = None) -> list[str]:
+    """``--perms 0755 --dir P`` for every parent P of a mount point in ``dests`` that no mount (of ``provided``,
+    default ``dests``) provides: bwrap would make them 0700 (root's), which the job's uid could not enter.
+    ``seen``: parents already made (updated)."""
     out: list[str] = []
-    seen: set[str] = set()
+    seen = set() if seen is None else seen
+    provided = dests if provided is None else provided
     for dest in dests:
         parent = os.path.dirname(dest)
         chain = []
@@ -163,7 +165,7 @@ def _parent_dirs(dests: list[str]) -> list[str]:
             chain.append(parent)
             parent = os.path.dirname(parent)
         for d in reversed(chain):
-            if d in seen or any(d == m or d.startswith(m + "/") for m in dests):
+            if d in seen or any(d == m or d.startswith(m + "/") for m in provided):
                 continue
             seen.add(d)
             out += ["--perms", "0755", "--dir", d]
@@ -256,6 +258,12 @@ class Sandbox:
                    ["--perms", "0444", "--ro-bind-data", str(group_fd), "/etc/group"],
                    ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"],  # torch reads the CPUs
                    ["--proc", "/proc"], ["--dev", "/dev"]]
+        scratch = self.host["scratch_dir"]
+        # /tmp and /dev/shm before the Python environment and the repository: a checkout (or its venv) under
+        # /tmp must stay visible, not be hidden by the job's own /tmp mounted over it
+        mounts += [["--bind", os.path.join(scratch, ".tmp"), "/tmp"],
+                   ["--bind", os.path.join(scratch, ".shm"), "/dev/shm"]]
+        first = len(mounts)  # the mounts that others may lie under (/tmp); their parents are made first
         mounts += [["--ro-bind", d, d] for d in _python_dirs()]
         mounts += [["--ro-bind", str(REPO / d), str(REPO / d)] for d in JOB_SIDE_DIRS]
         build = os.environ.get("ZICO_ALLOCATOR_BUILD_DIR")
@@ -264,16 +272,24 @@ class Sandbox:
         if self.host_device.startswith("cuda"):  # Note [A GPU in the sandbox]
             mounts += [["--dev-bind", dev, dev] for dev in self.gpu_nodes]
             mounts.append(["--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"])
-        scratch = self.host["scratch_dir"]
         for field, mode in (("code_dir", "--ro-bind"), ("data_dir", "--ro-bind"), ("output_dir", "--bind"),
                             ("scratch_dir", "--bind")):
             if field in self.host:
                 mounts.append([mode, self.host[field], userjob.SANDBOX_DIRS[field]])
-        mounts += [["--bind", os.path.join(scratch, ".tmp"), "/tmp"],
-                   ["--bind", os.path.join(scratch, ".shm"), "/dev/shm"],
-                   ["--perms", "0444", "--ro-bind-data", str(spec_fd), SPEC_PATH]]
-        argv += _parent_dirs([m[-1] for m in mounts])
-        for m in mounts:
+        mounts += [["--perms", "0444", "--ro-bind-data", str(spec_fd), SPEC_PATH]]
+        dests, made = [m[-1] for m in mounts], set()
+        argv += _parent_dirs(dests[:first], dests, made)
+        for m in mounts[:first]:
+            argv += m
+        made.update(dests[:first])  # /tmp itself is mounted; its subdirectories are not
+        later = _parent_dirs(dests[first:], dests[first:], made)  # after /tmp is mounted: a checkout under /tmp
+        for d in later[3::4]:  # parents inside the job's /tmp live in its scratch: made here, entrable (0755)
+            if d.startswith("/tmp/"):
+                host = os.path.join(scratch, ".tmp", d[len("/tmp/"):])
+                os.makedirs(host, exist_ok=True)
+                os.chmod(host, 0o755)
+        argv += later
+        for m in mounts[first:]:
             argv += m
         argv += ["--chdir", userjob.SANDBOX_DIRS["code_dir"], "--"]
         argv += ["/usr/bin/prlimit", f"--cpu={s.cpu_s}:{s.cpu_s + 1}", f"--nofile={s.nofile}:{s.nofile}",
