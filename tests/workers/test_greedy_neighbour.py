@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
-from workers.bench.sched import thread_ns
+from workers.bench.schedstat import thread_ns
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow

@@ -47,7 +47,7 @@ from workers.agent import AgentSettings, DeviceAgent, JobRun
 from .overhead_report import ARMS
 from .overhead_report import lines as report_lines
 from .overhead_report import summarize
-from .sched import process_cpu_ns, thread_ns
+from .schedstat import process_cpu_ns, thread_ns
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_JOBS = ["resnet18:batch_size=8,image_size=64,data=synthetic", "tiny-lm:batch_size=16,seq_len=64,data=synthetic"]

@@ -29,7 +29,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from .sched import current_thread_ns
+from .schedstat import current_thread_ns
 
 REPORT_EVERY_S = 0.2  # the device worker's reporter rate (workers.reporter.SAMPLE_INTERVAL_S)
 GATE_HEADROOM = 0.15
