@@ -13,7 +13,7 @@
 Protocol (one JSON object per line): the process prints ``{"ready": true, "pid": N}`` once the job is built, then
 for every ``run N`` line on stdin runs the next N iterations and prints ``{"ends": [[t, cpu_ns, wait_ns], ...]}``
 read right after each iteration returned (its loss read back: on CUDA a device sync): ``time.perf_counter()`` (s)
-and the training thread's time on a CPU and waiting for one (ns, :mod:`.sched`). ``exit`` ends it. Any error
+and the training thread's time on a CPU and waiting for one (ns, :mod:`.schedstat`). ``exit`` ends it. Any error
 ends it with status 1 and the traceback on stderr.
 """
 from __future__ import annotations
