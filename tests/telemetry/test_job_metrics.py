@@ -44,8 +44,8 @@ def test_numbers_among_a_jobs_figures_are_stored_with_their_iteration(consumer, 
 def test_a_message_stored_twice_keeps_one_value_and_bad_values_are_refused(tenant, make_device, make_placed_job):
     job, _ = make_placed_job(tenant, make_device())
     msg = {"msg": "job_progress", "t": 1000.0, "device": "cpu.h1.0", "job": job.pk, "iteration": 1,
-           "values": {"loss": 2.0, "inf": float("inf")}}
-    assert handlers.store_metrics(job, msg) == 1  # a non-finite number is not charted
+           "values": {"loss": 2.0, "inf": float("inf"), "huge": 10**400}}
+    assert handlers.store_metrics(job, msg) == 1  # a number beyond a float is not charted
     handlers.store_metrics(job, msg)  # the consumer re-reads a message it had not acked
     assert MetricPoint.objects.filter(job=job).count() == 1
     with pytest.raises(ValueError, match="values: expected an object"):

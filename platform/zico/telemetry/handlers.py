@@ -143,12 +143,23 @@ def on_job_progress(msg: dict[str, Any], r) -> None:
     store_metrics(job, msg)
 
 
+def _chartable(value: Any) -> float | None:
+    """``value`` as a finite float, or None for text, None, booleans, inf, NaN and ints beyond a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
 def store_metrics(job: Job, msg: dict[str, Any]) -> int:
     """Store the numbers among a ``job_progress``'s ``values`` (the job's ``zico.log`` figures) as
-    :class:`MetricPoint` rows at the message's ``t`` and ``iteration``; strings, None, booleans and
-    non-finite numbers are not charted and are skipped. A message seen twice stores nothing new (one
-    value per job, name and ``t``). Returns the number of values offered. Raises ValueError when
-    ``values`` is not an object.
+    :class:`MetricPoint` rows (names cut to 100 characters) at the message's ``t`` and ``iteration``;
+    text, None, booleans, inf, NaN and integers beyond a float are not charted and are skipped. A message
+    seen twice stores nothing new (one value per job, name and ``t``). Returns how many numbers the message
+    held. Raises ValueError when ``values`` is not an object.
 
     Note [Thinning a job's metrics]
         A name reaches at most one value a second, so a long run would store one row a second per name
@@ -160,12 +171,11 @@ def store_metrics(job: Job, msg: dict[str, Any]) -> int:
     values = msg.get("values") or {}
     if not isinstance(values, dict):
         raise ValueError(f"job_progress values: expected an object of name -> number, got {reprlib.repr(values)}")
-    t, iteration = float(msg["t"]), max(0, int(msg["iteration"]))
-    rows = [MetricPoint(job=job, name=str(name)[:100], t=t, iteration=iteration, value=float(v))
-            for name, v in values.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    if not rows:
+    numbers = {str(name)[:100]: x for name, x in ((n, _chartable(v)) for n, v in values.items()) if x is not None}
+    if not numbers:
         return 0
+    t, iteration = float(msg["t"]), max(0, int(msg["iteration"]))
+    rows = [MetricPoint(job=job, name=name, t=t, iteration=iteration, value=v) for name, v in numbers.items()]
     MetricPoint.objects.bulk_create(rows, ignore_conflicts=True)
     names = [p.name for p in rows]
     counts = (MetricPoint.objects.filter(job=job, name__in=names).values("name").annotate(n=Count("id"))
