@@ -1,9 +1,13 @@
 """Suite-wide pytest setup: skip `gpu`-marked tests where no NVIDIA GPU is visible; one torch thread for
-the folders whose tests train small models."""
+the folders whose tests train small models; a headless browser on the live server for the tests that drive the
+pages (tests/ui, and the whole-stack browser test in tests/integration)."""
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+from django.db import connections
 
 
 def _gpu_visible() -> bool:
@@ -40,3 +44,63 @@ def one_torch_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# -- browser (Playwright driving Debian's chromium; never `playwright install`) --------------------------
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VENDOR_JS = Path(__file__).resolve().parents[1] / "frontend" / "static" / "vendor" / "echarts" / "echarts.min.js"
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    """A headless Chromium for one test. Fails with the fix named when chromium or the chart library is
+    missing (scripts/setup.sh installs the one and builds the other).
+
+    Playwright's sync API keeps an asyncio loop running in this thread, which trips Django's async-safety
+    check on every ORM call the test itself makes; the check is lifted for this test only (the live
+    server answers from its own thread, where it still applies).
+    """
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup.sh does)")
+    if not VENDOR_JS.exists():
+        pytest.fail(f"{VENDOR_JS} is missing: run `npm ci && npm run build` in frontend/")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        # While Playwright's loop runs, Django keeps this thread's connections in a context-local store
+        # (asgiref), apart from the usual ones: close them here, or they outlive the test database.
+        connections.close_all()
+        b.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A fresh browser page (own cookies) whose console errors and failed requests fail the test."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=live_server.url)
+    pg = context.new_page()
+    problems: list[str] = []
+    pg.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    yield pg
+    pg.goto("about:blank")  # stop the page's polling before the live server and database go away
+    context.close()
+    assert not problems, problems
+
+
+@pytest.fixture
+def sign_in(page):
+    """sign_in(user) fills in and submits the real sign-in form in the browser."""
+    from zico.tenants.testing import PASSWORD
+
+    def go(user):
+        page.goto("/login/")
+        page.get_by_label("Username").fill(user.get_username())
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/")
+    return go

@@ -3,7 +3,8 @@
 The task thread hands the job to the device's agent (:class:`workers.agent.DeviceAgent`), which launches
 ``python -m workers.jobproc`` for it, gates each of its iterations through the device's coordinator, watches it
 and returns its outcome; this thread blocks until then. Meanwhile the job's messages become the web side's
-lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress``, each gate answer
+lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress`` (iterations done, the
+rate, and the job's own figures as ``values``: what it reported with ``zico.log``), each gate answer
 (``go``) -> the run's delay totals (``job_delay``, Note [Delays that count] in workers.gate).
 
 Outcomes (``job_finished`` messages through :class:`workers.link.Link`): ``succeeded`` with metrics;
@@ -210,6 +211,23 @@ def job_process_spec(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
             "checkpoint_every_s": rt.config.checkpoint_every_s, "job_created_at": spec.job_created_at}
 
 
+# Bookkeeping names in a job process's ``metric`` values, not the job's own figures: a script's optimizer steps
+# (workers.scriptproc.MetricSink); a catalog job's next iteration index, its iterations done and its total
+# (workers.jobproc).
+SCRIPT_PROGRESS_KEYS = ("iterations_done",)
+CATALOG_PROGRESS_KEYS = ("iteration", "iterations_done", "iterations")
+
+
+def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[dict[str, Any], int]:
+    """``(the job's own figures, iterations done)`` from a ``metric`` message's ``values``. The figures are
+    what a script reported with ``zico.log`` (``script``), or a catalog workload's loss and accuracy, without
+    the bookkeeping names above; iterations done is ``iterations_done`` (a catalog job's ``iteration``
+    when absent), else ``first`` (the iteration the run started from)."""
+    drop = SCRIPT_PROGRESS_KEYS if script else CATALOG_PROGRESS_KEYS
+    done = values.get("iterations_done", None if script else values.get("iteration"))
+    return {k: v for k, v in values.items() if k not in drop}, int(done) if done is not None else first
+
+
 class _Relay:
     """Turns a job process's messages (in the agent's reader thread) into the run's lifecycle messages."""
 
@@ -233,11 +251,11 @@ class _Relay:
         elif kind == "go":
             self.delays.add(msg["delay_s"])
         elif kind == "metric" and self.t0 is not None:
-            values = dict(msg["values"])
-            done = int(values.pop("iteration", self.first))
+            if msg.get("iterations_total"):  # a script's own count (zico.set_iterations_total)
+                self.iterations = int(msg["iterations_total"])
+            values, done = progress_values(msg["values"], self.first, spec.code is not None)
             elapsed = time.monotonic() - self.t0
-            self.link.emit("job_progress", **{**values, "job": spec.job, "placement": spec.placement,
-                                              "iteration": done, "iterations": self.iterations,
-                                              "iterations_per_s": round((done - self.first) / elapsed, 4)
-                                              if elapsed > 0 else None})
+            self.link.emit("job_progress", job=spec.job, placement=spec.placement, iteration=done,
+                           iterations=self.iterations, values=values,
+                           iterations_per_s=round((done - self.first) / elapsed, 4) if elapsed > 0 else None)
             _report_delays(self.link, spec, done - 1, self.delays.report())

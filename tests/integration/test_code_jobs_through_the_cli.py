@@ -1,6 +1,7 @@
 """Users' own scripts end to end: submitted with the `zico` command to a running stack, profiled on the device
 from their first optimizer steps, run in the sandbox as processes of their own, their output followed with
-`zico logs`, a metric reported through `zico.log` kept with the job, and a failing script's reason shown.
+`zico logs`, a metric reported through `zico.log` kept with the job (and its series, which the job page charts),
+and a failing script's reason shown.
 
 Real PostgreSQL, real Redis (private), a real web server (the worker fetches the code and uploads output files
 through the worker-facing API), and the real processes: control consumer, scheduler service and one CPU device
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from zico.jobs.models import Job, MemoryProfile
+from zico.telemetry.models import MetricPoint
 from zico.tenants.models import ApiToken
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -77,6 +79,10 @@ def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, 
     assert jobs["raises"].status == "failed" and "ValueError" in jobs["raises"].failure_reason
     assert "raises.py, line" in jobs["raises"].failure_reason
     assert jobs["metrics"].metrics["iterations_done"] == 5 and "loss" in jobs["metrics"].metrics
+    # the series the job page charts: its numbers by name, at the steps done when they were sent (text is not charted)
+    points = MetricPoint.objects.filter(job=jobs["metrics"])
+    assert set(points.values_list("name", flat=True)) == {"loss", "accuracy"}
+    assert points.filter(name="loss").order_by("id").last().iteration == 5
     assert jobs["mlp"].metrics["iterations_done"] == 30
     logs = zico(home, "logs", str(ids["mlp"]))
     assert logs.returncode == 0, logs.stderr

@@ -1,12 +1,12 @@
 """Fixtures for the web UI tests: personas, a shared device with jobs of two tenants, stored and live telemetry.
 
+The browser fixtures (``browser``, ``page``, ``sign_in``) are suite-wide, in tests/conftest.py.
 Live samples go to the real Redis named by settings.REDIS_URL (run these tests with a Redis database of
 their own, e.g. REDIS_URL=redis://127.0.0.1:6379/7); the telemetry stream is emptied around each test.
 """
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -14,7 +14,6 @@ from datetime import datetime, timezone
 import pytest
 import redis
 from django.conf import settings
-from django.db import connections
 from django.test import Client
 
 from zico.cluster.models import Device, Node, Placement
@@ -22,7 +21,7 @@ from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
 from zico.telemetry import keys
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.testing import PASSWORD, make_personas
+from zico.tenants.testing import make_personas
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -115,61 +114,3 @@ def cluster(personas, rdb):
         TimelinePoint.objects.create(device=device, job=None, second=s, time=when, allocated_bytes=16 * GIB,
                                      reserved_bytes=20 * GIB, budget_bytes=72 * GIB, device_used_bytes=21 * GIB)
     return Cluster(device, keys.device_key("gpu", "node-a", 0), acme_job, rival_job, placement)
-
-
-# -- browser (Playwright driving Debian's chromium; never `playwright install`) --------------------------
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-VENDOR_JS = settings.BASE_DIR / "frontend" / "static" / "vendor" / "echarts" / "echarts.min.js"
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    """A headless Chromium for one test. Fails with the fix named when chromium or the chart library is
-    missing (scripts/setup.sh installs the one and builds the other).
-
-    Playwright's sync API keeps an asyncio loop running in this thread, which trips Django's async-safety
-    check on every ORM call the test itself makes; the check is lifted for this test only (the live
-    server answers from its own thread, where it still applies).
-    """
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (scripts/setup.sh does)")
-    if not VENDOR_JS.exists():
-        pytest.fail(f"{VENDOR_JS} is missing: run `npm ci && npm run build` in frontend/")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        # While Playwright's loop runs, Django keeps this thread's connections in a context-local store
-        # (asgiref), apart from the usual ones: close them here, or they outlive the test database.
-        connections.close_all()
-        b.close()
-
-
-@pytest.fixture
-def page(browser, live_server):
-    """A fresh browser page (own cookies) whose console errors and failed requests fail the test."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=live_server.url)
-    pg = context.new_page()
-    problems: list[str] = []
-    pg.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    yield pg
-    pg.goto("about:blank")  # stop the page's polling before the live server and database go away
-    context.close()
-    assert not problems, problems
-
-
-@pytest.fixture
-def sign_in(page):
-    """sign_in(user) fills in and submits the real sign-in form in the browser."""
-    def go(user):
-        page.goto("/login/")
-        page.get_by_label("Username").fill(user.get_username())
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url("**/")
-    return go

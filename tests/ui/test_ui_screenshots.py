@@ -266,8 +266,11 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
                                  "iteration": int((t - now + 90) / PERIOD_S), "phase": "forward"} for jid, a in per_job.items()),
                               {"job": None, "device": key, "t": t, "allocated": sum(per_job.values()),
                                "reserved": 268 * MIB, "device_used": 300 * MIB, "budget": 342 * MIB}])
-    for j, _ in pair:
-        link.emit("job_progress", job=j.pk, placement=placement.pk, iteration=22, iterations=60, iterations_per_s=0.25)
+    for j, _ in pair:  # a digits-cnn run's figures, one report per iteration (workers.runner.progress_values)
+        for i in range(1, 23):
+            link.emit("job_progress", job=j.pk, placement=placement.pk, iteration=i, iterations=60,
+                      iterations_per_s=0.25, t=now - 90 + i * PERIOD_S,
+                      values={"loss": 2.3 * 0.9 ** i + 0.05, "train_accuracy": 1 - 0.9 * 0.88 ** i})
     drain()
     consumer._store(consumer.downsampler.flush(time.time() + 10))
     out = out_dir(tmp_path)
@@ -279,6 +282,8 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
     expect(page.locator("#curve-chart")).to_be_visible()
     page.wait_for_function("() => echarts.getInstanceByDom(document.getElementById('job-chart'))"
                            ".getOption().series[0].data.length > 400")
+    for name in ("loss", "train_accuracy"):  # one chart per figure, each with its 22 values
+        expect(page.locator(f'#metric-charts figure[data-metric="{name}"] figcaption')).to_contain_text("at iteration 22")
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / "job-running.png"), full_page=True)
 

@@ -1,5 +1,5 @@
-// Chart helpers on Apache ECharts: the shared look (palette, axes, tooltips) and the three charts
-// (a job's memory over time, a job's memory curve, a device's stacked per-job timeline).
+// Chart helpers on Apache ECharts: the shared look (palette, axes, tooltips) and the four charts
+// (a job's memory over time, a job's memory curve, a device's stacked per-job timeline, one of a job's metrics).
 (function () {
   "use strict";
   const Z = window.Zico;
@@ -181,5 +181,42 @@
     };
   }
 
-  Z.charts = { jobMemory, memoryCurve, deviceTimeline, jobColor, jobSeriesName, EVENT_COLORS };
+  // Compact numbers for a metric's axis and tooltip: 0.0123, 1.23e-5, 12.3k.
+  function num(v) {
+    if (v === null || v === undefined) return "—";
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
+    if (a >= 1e4) return `${+(v / 1e3).toFixed(1)}k`;
+    return `${+v.toPrecision(4)}`;
+  }
+
+  // One of a job's own metrics (zico.log); `points` are [t_s, iteration, value]. The x axis is the job's
+  // iterations (optimizer steps) once they advance within the series, else the clock (a script that never
+  // steps, or a single value).
+  function metric(el, name, color) {
+    const chart = base(el);
+    chart.setOption({
+      color: [color], animation: false, grid: { left: 58, right: 16, top: 16, bottom: 40 },
+      tooltip: { trigger: "axis", backgroundColor: "rgba(15,23,42,.92)", borderWidth: 0,
+                 textStyle: { color: "#f8fafc", fontSize: 12 }, valueFormatter: num },
+      xAxis: { type: "value" }, yAxis: Object.assign({ type: "value", scale: true,
+        axisLabel: { color: "#5f6b82", fontSize: 11, formatter: num } }, { axisLine: AXIS.axisLine, splitLine: AXIS.splitLine }),
+      series: [{ name, type: "line", showSymbol: false, symbolSize: 5, sampling: "lttb", lineStyle: { width: 1.6 }, data: [] }],
+    });
+    return {
+      chart,
+      set(points) {
+        const bySteps = points.length > 1 && points[points.length - 1][1] > points[0][1];
+        const xAxis = bySteps
+          ? Object.assign({ type: "value", min: "dataMin", max: "dataMax", name: "iteration", nameLocation: "middle", nameGap: 24,
+              nameTextStyle: AXIS_NAME, axisLabel: { color: "#5f6b82", fontSize: 11, hideOverlap: true } },
+              { axisLine: AXIS.axisLine, splitLine: { show: false } })
+          : Object.assign(timeAxis(), { min: "dataMin", max: "dataMax" });
+        chart.setOption({ xAxis, series: [{ showSymbol: points.length < 60,
+          data: points.map(p => (bySteps ? [p[1], p[2]] : [p[0] * 1000, p[2]])) }] });
+      },
+    };
+  }
+
+  Z.charts = { jobMemory, memoryCurve, deviceTimeline, metric, num, jobColor, jobSeriesName, EVENT_COLORS };
 })();

@@ -8,12 +8,13 @@ active one gets that run aborted through Redis (see :func:`zico.telemetry.keys.a
 from __future__ import annotations
 
 import logging
+import math
 import reprlib
 from datetime import datetime, timezone as dt_timezone
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
@@ -24,7 +25,7 @@ from zico_contracts.oom import readable_reason
 
 from . import keys
 from .downsample import Point
-from .models import TelemetryGap, TimelinePoint
+from .models import MAX_POINTS_PER_METRIC, MetricPoint, TelemetryGap, TimelinePoint
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,50 @@ def on_job_progress(msg: dict[str, Any], r) -> None:
         # the live throughput (this run's mean so far); job_finished replaces it with the run's final figure
         fields["metrics"] = {**(job.metrics or {}), "iterations_per_s": float(rate)}
     Job.objects.filter(pk=job.pk).update(**fields)
+    store_metrics(job, msg)
+
+
+def _chartable(value: Any) -> float | None:
+    """``value`` as a finite float, or None for text, None, booleans, inf, NaN and ints beyond a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def store_metrics(job: Job, msg: dict[str, Any]) -> int:
+    """Store the numbers among a ``job_progress``'s ``values`` (the job's ``zico.log`` figures) as
+    :class:`MetricPoint` rows (names cut to 100 characters) at the message's ``t`` and ``iteration``;
+    text, None, booleans, inf, NaN and integers beyond a float are not charted and are skipped. A message
+    seen twice stores nothing new (one value per job, name and ``t``). Returns how many numbers the message
+    held. Raises ValueError when ``values`` is not an object.
+
+    Note [Thinning a job's metrics]
+        A name reaches at most one value a second, so a long run would store one row a second per name
+        for as long as it runs. Once a name holds more than ``MAX_POINTS_PER_METRIC`` rows, every second
+        one of its older rows is deleted (the first and the newest stay): the series keeps its whole span
+        at half the resolution, and a chart of it keeps its shape. A job's rows stay with it; they are
+        deleted with the job.
+    """
+    values = msg.get("values") or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"job_progress values: expected an object of name -> number, got {reprlib.repr(values)}")
+    numbers = {str(name)[:100]: x for name, x in ((n, _chartable(v)) for n, v in values.items()) if x is not None}
+    if not numbers:
+        return 0
+    t, iteration = float(msg["t"]), max(0, int(msg["iteration"]))
+    rows = [MetricPoint(job=job, name=name, t=t, iteration=iteration, value=v) for name, v in numbers.items()]
+    MetricPoint.objects.bulk_create(rows, ignore_conflicts=True)
+    names = [p.name for p in rows]
+    counts = (MetricPoint.objects.filter(job=job, name__in=names).values("name").annotate(n=Count("id"))
+              .filter(n__gt=MAX_POINTS_PER_METRIC))
+    for c in counts:  # Note [Thinning a job's metrics]
+        ids = list(MetricPoint.objects.filter(job=job, name=c["name"]).order_by("id").values_list("id", flat=True))
+        MetricPoint.objects.filter(pk__in=ids[1:-1:2]).delete()
+    return len(rows)
 
 
 def on_job_delay(msg: dict[str, Any], r) -> None:

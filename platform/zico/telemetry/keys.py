@@ -55,7 +55,8 @@ EVENT_KINDS = (
     "worker_up",       # device registration: device, kind, host, index, name, uuid, total_bytes, pid, slots
     "worker_down",     # clean shutdown of a worker: device
     "job_started",     # job, device, placement, attempt, resumed_from (iteration)
-    "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far)
+    "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
+                       # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
     "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
     "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics
     "profile_done",    # job, device, curve (DESIGN contract) or error

@@ -1,4 +1,5 @@
-"""Stored telemetry: the downsampled memory timeline (<= 1 point per second per job) and telemetry gaps.
+"""Stored telemetry: the downsampled memory timeline (<= 1 point per second per job), the jobs' own metrics
+(``zico.log``) and telemetry gaps.
 
 Written only by the control consumer (:mod:`zico.telemetry.consumer`); read by pages and the API.
 Retention is bounded: :func:`prune` deletes points older than ``settings.ZICO_TIMELINE_RETENTION_S``
@@ -56,6 +57,33 @@ class TimelinePoint(models.Model):
         return {"t": self.second, "job": self.job_id, "allocated": self.allocated_bytes,
                 "allocated_at_peak": self.allocated_at_peak_bytes, "reserved": self.reserved_bytes, "iteration": self.iteration, "phase": self.phase,
                 "device_used": self.device_used_bytes, "budget": self.budget_bytes}
+
+
+class MetricPoint(models.Model):
+    """One value of one of a job's own figures: a number the job reported with ``zico.log(name=value)`` (a
+    catalog workload's loss and accuracy), at most one a second per name (workers.scriptproc.MetricSink),
+    stored by the control consumer from ``job_progress`` and charted on the job page, live and after.
+
+    Kept with the job (deleted with it), at most ``MAX_POINTS_PER_METRIC`` per name: see Note [Thinning a
+    job's metrics] in :func:`zico.telemetry.handlers.store_metrics`.
+    """
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="metric_points")
+    name = models.CharField(max_length=100)
+    t = models.FloatField(help_text="when the worker sent it (unix s)")
+    iteration = models.BigIntegerField(help_text="the job's iterations done (optimizer steps) at that time")
+    value = models.FloatField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "name", "id"], name="metric_job_name_id")]
+        constraints = [models.UniqueConstraint(fields=["job", "name", "t"], name="metric_one_value_per_job_name_t")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.name}={self.value:g} @ iteration {self.iteration}"
+
+
+MAX_POINTS_PER_METRIC = 2000  # per job and name: enough for a line chart's shape (Note [Thinning a job's metrics])
 
 
 class TelemetryGap(models.Model):

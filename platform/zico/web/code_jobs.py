@@ -9,22 +9,18 @@ import shlex
 from decimal import Decimal
 
 from django import forms
-from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.shortcuts import render
 
 from zico.jobs.code import discard_archive, store_archive
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN
 from zico.jobs.submission import JobSpecError, submit_job
-from zico.ratelimits import count_job_submission, job_submit_wait
+from zico.ratelimits import job_submit_wait
 from zico_contracts.codearchive import ArchiveError
 from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
 
-from . import access
 from .forms import GIB
+from .jobs import rate_limited, submit_page, submitted
 
 FIELD_OF = {"command": "command", "env": "env", "code": "archive", "budget_bytes": "budget_gib",
             "priority": "priority", "name": "name", "tenant": "tenant"}
@@ -98,20 +94,16 @@ class CodeJobForm(forms.Form):
         return None if gib is None else int(gib * GIB)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def job_submit_code(request):
+@submit_page
+def job_submit_code(request, tenants):
     """Submit a command in an uploaded project; on any error nothing is stored."""
-    tenants = access.submit_tenants(request.user)
-    if not tenants.exists():
-        raise PermissionDenied("you are not a member (role member or higher) of any tenant")
     if request.method != "POST":
         return render(request, "web/job_submit_code.html", {"form": CodeJobForm(tenants=tenants)})
     form = CodeJobForm(request.POST, request.FILES, tenants=tenants)
     wait = job_submit_wait(request, form.cleaned_data["tenant"] if form.is_valid() else None)
     if wait:
-        return render(request, "web/job_submit_code.html", {"form": form, "rate_limited":
-                      f"Too many job submissions — try again in {wait} s."}, status=429)
+        return render(request, "web/job_submit_code.html", {"form": form, "rate_limited": rate_limited(wait)},
+                      status=429)
     if form.is_valid():
         d = form.cleaned_data
         try:
@@ -131,7 +123,5 @@ def job_submit_code(request):
         except JobSpecError as exc:
             form.add_spec_error(exc.field, exc.message)
         else:
-            count_job_submission(request, job.tenant)
-            messages.success(request, f"Job “{job}” submitted — it is queued.")
-            return redirect("web-job-detail", pk=job.pk)
+            return submitted(request, job)
     return render(request, "web/job_submit_code.html", {"form": form})

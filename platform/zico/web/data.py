@@ -13,6 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from . import access
+from .job_metrics import job_metrics, parse_after
 from .job_panels import job_statuses
 from .timelines import device_timeline, job_memory, parse_job_window, parse_since_event, parse_window
 
@@ -51,6 +52,13 @@ def job_memory_data(request, pk: int):
     """A job's allocated/reserved bytes over time, stored + live (see timelines.job_memory)."""
     job = access.job_for(request.user, pk)
     return job_memory(job, parse_job_window(request.GET.get("window")), request.GET.get("cursor") or None)
+
+
+@json_view
+def job_metrics_data(request, pk: int):
+    """A job's own metrics (``zico.log``) after ``?after=<cursor>``, for its charts (see job_metrics.job_metrics)."""
+    job = access.job_for(request.user, pk)
+    return job_metrics(job, parse_after(request.GET.get("after")))
 
 
 @json_view

@@ -1,5 +1,8 @@
-"""Job pages: my jobs, the submit form, job detail and cancel. Thin views over access.py and the models."""
+"""Job pages: my jobs, the submit form, job detail and cancel, and what both submit pages share (submit_page,
+submitted, rate_limited; the other page is code_jobs.py). Thin views over access.py and the models."""
 from __future__ import annotations
+
+from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -41,13 +44,36 @@ def job_list(request):
     })
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def job_submit(request):
+def submit_page(view):
+    """A submit page: signed in, GET or POST, and 403 unless the user may submit in some tenant (role member or
+    higher); the view is called as ``view(request, tenants)`` with those tenants."""
+    @wraps(view)
+    @login_required
+    @require_http_methods(["GET", "POST"])
+    def wrapper(request):
+        tenants = access.submit_tenants(request.user)
+        if not tenants.exists():
+            raise PermissionDenied("you are not a member (role member or higher) of any tenant")
+        return view(request, tenants)
+    return wrapper
+
+
+def submitted(request, job):
+    """After a submit page stored ``job``: count it against the submission limits (only accepted ones count,
+    Note [Only accepted submissions count]), say so, and go to the job's page."""
+    count_job_submission(request, job.tenant)
+    messages.success(request, f"Job “{job}” submitted — it is queued.")
+    return redirect("web-job-detail", pk=job.pk)
+
+
+def rate_limited(wait: int) -> str:
+    """The submit pages' message for a refused submission (``wait`` seconds until one is allowed)."""
+    return f"Too many job submissions — try again in {wait} s."
+
+
+@submit_page
+def job_submit(request, tenants):
     """Submit a job. The form is generated from the workload's schema; on any error nothing is stored."""
-    tenants = access.submit_tenants(request.user)
-    if not tenants.exists():
-        raise PermissionDenied("you are not a member (role member or higher) of any tenant")
     key = request.POST.get("workload") or request.GET.get("workload") or list_workloads()[0].key
     try:
         workload = get_workload(key)
@@ -60,8 +86,8 @@ def job_submit(request):
         # Only accepted submissions count (Note [Only accepted submissions count]).
         wait = job_submit_wait(request, form.cleaned_data["tenant"] if form.is_valid() else None)
         if wait:  # the rate-limit message replaces the field errors' summary (template: rate_limited)
-            return render(request, "web/job_submit.html", {"form": form, "workload": workload, "rate_limited":
-                          f"Too many job submissions — try again in {wait} s."}, status=429)
+            return render(request, "web/job_submit.html", {"form": form, "workload": workload,
+                                                           "rate_limited": rate_limited(wait)}, status=429)
         if form.is_valid():
             try:
                 job = submit_job(tenant=form.cleaned_data["tenant"], owner=request.user, workload=workload.key,
@@ -70,9 +96,7 @@ def job_submit(request):
             except JobSpecError as exc:
                 form.add_spec_error(exc.field, exc.message)
             else:
-                count_job_submission(request, job.tenant)
-                messages.success(request, f"Job “{job}” submitted — it is queued.")
-                return redirect("web-job-detail", pk=job.pk)
+                return submitted(request, job)
     else:
         initial = {"workload": workload.key}
         if request.method == "POST":  # switching workload keeps the tenant, name and limits typed so far

@@ -40,5 +40,6 @@ urlpatterns = [
     path("data/jobs/status.json", data.jobs_status, name="web-data-jobs-status"),
     path("data/jobs/<int:pk>/panels.json", jobs.job_panels_data, name="web-data-job-panels"),
     path("data/jobs/<int:pk>/memory.json", data.job_memory_data, name="web-data-job-memory"),
+    path("data/jobs/<int:pk>/metrics.json", data.job_metrics_data, name="web-data-job-metrics"),
     path("data/devices/<int:pk>/timeline.json", data.device_timeline_data, name="web-data-device-timeline"),
 ]
