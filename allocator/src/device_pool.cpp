@@ -41,17 +41,9 @@ DevicePool::~DevicePool() = default;
 
 void DevicePool::trace(int kind, int64_t job, int64_t delta, const JobAccount& a) {
   if (!trace_enabled()) return;
-  zico_trace_record r;
-  r.timestamp_s = 0;  // stamped by the ring (Note [Trace timestamps])
-  r.job = job;
-  r.delta_bytes = delta;
-  r.job_allocated_bytes = a.allocated_bytes.current;
-  r.pool_allocated_bytes = allocated_bytes_[kAll].current;
-  r.pool_reserved_bytes = reserved_bytes_[kAll].current;
-  r.iteration = a.iteration;
-  r.device = device_;
-  r.kind = kind;
-  trace_.push(r);
+  // Stamped by the ring (Note [Trace timestamps]).
+  trace_.push(kind, job, delta, a.allocated_bytes.current, allocated_bytes_[kAll].current,
+              reserved_bytes_[kAll].current, a.iteration, device_);
 }
 
 bool DevicePool::grow(size_t bytes, bool small, int64_t job, bool block) {

@@ -31,6 +31,12 @@ bool JobAccount::live(int64_t id) const {
   return allocated_bytes.current > 0 || waiting;  // never marked: live while it holds memory
 }
 
+JobAccount& Ledger::job_slow(int64_t id) {
+  last_ = &jobs_[id];
+  last_id_ = id;
+  return *last_;
+}
+
 void Ledger::on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested) {
   a.allocated_bytes.increase(block_bytes);
   a.requested_bytes.increase(requested);

@@ -50,11 +50,8 @@ class Ledger {
   // then skips the map lookup (accounts are never erased and map nodes never move, so the cached
   // pointer stays valid).
   JobAccount& job(int64_t id) {
-    if (last_ == nullptr || last_id_ != id) {
-      last_ = &jobs_[id];
-      last_id_ = id;
-    }
-    return *last_;
+    if (__builtin_expect(last_ != nullptr && last_id_ == id, 1)) return *last_;
+    return job_slow(id);
   }
   const std::map<int64_t, JobAccount>& jobs() const { return jobs_; }
 
@@ -69,6 +66,7 @@ class Ledger {
   void reset_peaks();
 
  private:
+  JobAccount& job_slow(int64_t id);  // the map lookup (or insertion), then caches it
   std::map<int64_t, JobAccount> jobs_;
   int64_t last_id_ = 0;
   JobAccount* last_ = nullptr;
