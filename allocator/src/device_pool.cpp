@@ -147,12 +147,34 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   const size_t rounded = round_size(size);
   const bool small = is_small(rounded);
   JobAccount& acct = ledger_.job(job);
+  Block* b = pool_.take(rounded, size, stream, job);
+  if (__builtin_expect(b == nullptr, 0)) {
+    b = allocate_miss(lk, size, rounded, stream, job, acct);
+    if (!b) return nullptr;
+  }
+  const int64_t n = static_cast<int64_t>(b->size);
+  for (int k : {static_cast<int>(kAll), kind_of(small)}) {
+    allocated_bytes_[k].increase(n);
+    requested_bytes_[k].increase(static_cast<int64_t>(size));
+    allocation_[k].increase(1);
+  }
+  ledger_.on_alloc(acct, n, static_cast<int64_t>(size));
+  trace(ZICO_TRACE_ALLOC, job, n, acct);
+  return b->ptr;
+}
+
+__attribute__((noinline)) Block* DevicePool::allocate_miss(std::unique_lock<std::mutex>& lk, size_t size,
+                                                           size_t rounded, void* stream, int64_t job,
+                                                           JobAccount& acct) {
+  const bool small = is_small(rounded);
   bool granted = false, waited = false, timed_out = false;
-  std::chrono::steady_clock::time_point start;  // read only once a wait begins (hot path: no clock)
+  std::chrono::steady_clock::time_point start;  // read only once a wait begins
   Block* b = nullptr;
-  for (;;) {
-    b = pool_.take(rounded, size, stream, job);
-    if (b) break;
+  for (bool first = true;; first = false) {
+    if (!first) {  // allocate() already tried the cache once
+      b = pool_.take(rounded, size, stream, job);
+      if (b) break;
+    }
     const size_t seg = segment_size(rounded);
     auto fits = [&] {
       const uint64_t r = static_cast<uint64_t>(reserved_bytes_[kAll].current);
@@ -211,16 +233,7 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
     --waiters_;
     acct.budget_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  if (!b) return nullptr;
-  const int64_t n = static_cast<int64_t>(b->size);
-  for (int k : {static_cast<int>(kAll), kind_of(small)}) {
-    allocated_bytes_[k].increase(n);
-    requested_bytes_[k].increase(static_cast<int64_t>(size));
-    allocation_[k].increase(1);
-  }
-  ledger_.on_alloc(acct, n, static_cast<int64_t>(size));
-  trace(ZICO_TRACE_ALLOC, job, n, acct);
-  return b->ptr;
+  return b;
 }
 
 bool DevicePool::deallocate(void* ptr, void* stream, bool count_invalid) {

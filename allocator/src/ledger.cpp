@@ -37,20 +37,6 @@ JobAccount& Ledger::job_slow(int64_t id) {
   return *last_;
 }
 
-void Ledger::on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested) {
-  a.allocated_bytes.increase(block_bytes);
-  a.requested_bytes.increase(requested);
-  a.allocation.increase(1);
-  a.allocs_in_iteration += 1;
-  a.iteration_peak = std::max(a.iteration_peak, a.allocated_bytes.current);
-}
-
-void Ledger::on_free(JobAccount& a, int64_t block_bytes, int64_t requested) {
-  a.allocated_bytes.decrease(block_bytes);
-  a.requested_bytes.decrease(requested);
-  a.allocation.decrease(1);
-}
-
 bool Ledger::mark(JobAccount& a, int kind, int64_t iteration, double now_s) {
   if (!mark_name(kind)) return false;
   if (iteration >= 0) a.iteration = iteration;

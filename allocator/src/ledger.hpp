@@ -2,6 +2,7 @@
 // peak), its per-iteration peaks, and its progress from marks (which the deadlock rule reads).
 // Not thread-safe: DevicePool holds the lock. Job 0 is the "unattributed" account.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -55,8 +56,18 @@ class Ledger {
   }
   const std::map<int64_t, JobAccount>& jobs() const { return jobs_; }
 
-  void on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested);
-  void on_free(JobAccount& a, int64_t block_bytes, int64_t requested);
+  void on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested) {
+    a.allocated_bytes.increase(block_bytes);
+    a.requested_bytes.increase(requested);
+    a.allocation.increase(1);
+    a.allocs_in_iteration += 1;
+    a.iteration_peak = std::max(a.iteration_peak, a.allocated_bytes.current);
+  }
+  void on_free(JobAccount& a, int64_t block_bytes, int64_t requested) {
+    a.allocated_bytes.decrease(block_bytes);
+    a.requested_bytes.decrease(requested);
+    a.allocation.decrease(1);
+  }
   // Applies a mark of `kind` (ZICO_MARK_*); false if `kind` is not a mark.
   bool mark(JobAccount& a, int kind, int64_t iteration, double now_s);
   // True when some live job other than `self` could free memory.

@@ -41,10 +41,18 @@ Block* Pool::new_block() {
 }
 
 void Pool::delete_block(Block* b) {
-  *b = Block();
+  // Every field back to its default, except that the event list keeps its capacity (a recycled
+  // block's list then allocates no more).
+  b->events.clear();
+  b->ptr = nullptr;
+  b->size = b->requested = 0;
+  b->segment = nullptr;
+  b->prev = b->next = b->free_prev = b->free_next = nullptr;
+  b->allocated = false;
+  b->job = 0;
+  b->stream = nullptr;
   spare_blocks_.push_back(b);
 }
-
 // Note [Stream rule]
 // ~~~~~~~~~~~~~~~~~~
 // Rule: a block freed on stream S may serve a request on another stream T only once an event
@@ -63,7 +71,7 @@ void Pool::delete_block(Block* b) {
 //
 // Limits: on the host upstream events are null and the rule is a no-op (CPU frees are synchronous).
 // A block released to the upstream first synchronizes its events (cudaFree would anyway).
-void Pool::apply_stream_rule(Block* b, void* stream) {
+void Pool::wait_for_events(Block* b, void* stream) {
   for (auto& e : b->events) {
     if (e.stream != stream && !up_->event_done(e.event.get())) up_->stream_wait(stream, e.event.get());
   }
@@ -95,7 +103,7 @@ Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
     if (b->next) b->next->prev = r;
     b->next = r;
     r->stream = b->stream;
-    r->events = b->events;
+    if (!b->events.empty()) r->events = b->events;
     b->size = rounded;
     insert_free(r);
   }

@@ -96,7 +96,12 @@ class Pool {
     if (kind != 1)
       for (const Block* b : large_free_) fn(b);
   }
-  void apply_stream_rule(Block* b, void* stream);
+  // The stream rule for `b` handed to `stream` (Note [Stream rule] in pool.cpp); a block with no
+  // pending event (every host block, every CUDA reuse whose events completed) costs one test.
+  void apply_stream_rule(Block* b, void* stream) {
+    if (!b->events.empty()) wait_for_events(b, stream);
+  }
+  void wait_for_events(Block* b, void* stream);
   Block* new_block();
   void delete_block(Block* b);
   Block* merge(Block* dst, Block* src);  // src follows dst; returns dst
