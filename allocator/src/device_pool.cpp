@@ -132,16 +132,25 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 // steady state, no heap allocation (a live-map rehash or a CUDA event list may still allocate), and
 // look up nothing beyond the pool's own two containers, with tracing on or off.
 //
-// What a hit costs, in order (callgrind on bench_pairs: ~1,400 instructions per malloc/free pair):
-// the lock; best fit: one lower_bound on a bare size (BySize is transparent) and, when split, one
-// insert; the live-pointer map insert; the pool totals (all + the request's pool kind) and the
-// job's account (Ledger::job caches the last job, so one job's run of requests skips std::map);
-// one trace record stamped with a TSC read (Note [Trace timestamps]). The free mirrors it: one
-// live-map erase, coalescing with one tree descent per neighbour (find, not equal_range), one insert.
-// Tree nodes, hash nodes and Block objects are recycled (node_allocator.hpp, spare_blocks_).
-// Everything that can wait (the budget, the deadlock rule, the agent) is off this path: a hit never
-// reads a clock for the budget wait and never touches the condition variable unless someone waits.
-// Every record is still written (nothing is sampled or dropped to be fast).
+// What a hit costs, in order (callgrind on a log-uniform 512 B .. 1 MiB mix, tracing off: ~700
+// instructions per malloc/free pair, from ~1,250 before the bins and the table): the lock; best fit:
+// for the small pool a bit scan of its size bins (Note [Small-pool bins] in free_bins.hpp), for the
+// large pool one lower_bound on a bare size (BySize is transparent); when split, the remainder is
+// binned (small) or inserted (large); the live-pointer table insert (ptr_map.hpp: open addressing,
+// a multiply and a mask, no node); the pool totals (all + the request's pool kind) and the job's
+// account (Ledger::job caches the last job inline, so one job's run of requests skips std::map);
+// one trace record written in place into a 64-byte slot, stamped with a TSC read (Note [Trace
+// timestamps]). The free mirrors it: one table erase, coalescing with each free neighbour (an O(1)
+// unlink from its bin, or one tree descent in the large pool), one insert. Tree nodes and Block
+// objects are recycled (node_allocator.hpp, spare_blocks_). Everything that can wait (growing, the
+// budget, the deadlock rule, the agent) is in allocate_miss, out of line: a hit never reads a clock
+// for the budget wait and never touches the condition variable unless someone waits.
+// Every record is still written (nothing is sampled or dropped to be fast). The TSC read is the
+// largest single cost left with tracing on (~20 ns per read back to back on the development VM,
+// partly hidden behind the rest of the pair); the curves need it: they place every allocation at
+// its fraction of the iteration (workers/curves/trace.py), so the clock must resolve well under
+// the shortest phase of a millisecond-long CPU iteration, which rules out CLOCK_MONOTONIC_COARSE
+// (~5 ns a read, but one kernel tick of resolution: 4 ms on the development VM).
 void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   std::unique_lock<std::mutex> lk(mu_);
   const size_t rounded = round_size(size);
