@@ -132,8 +132,8 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 // steady state, no heap allocation (a live-map rehash or a CUDA event list may still allocate), and
 // look up nothing beyond the pool's own two containers, with tracing on or off.
 //
-// What a hit costs, in order (callgrind on a log-uniform 512 B .. 1 MiB mix, tracing off: ~700
-// instructions per malloc/free pair, from ~1,250 before the bins and the table): the lock; best fit:
+// What a hit costs, in order (callgrind on a log-uniform 512 B .. 1 MiB mix, tracing off: ~860
+// instructions per malloc/free pair, from ~1,320 before the bins and the table): the lock; best fit:
 // for the small pool a bit scan of its size bins (Note [Small-pool bins] in free_bins.hpp), for the
 // large pool one lower_bound on a bare size (BySize is transparent); when split, the remainder is
 // binned (small) or inserted (large); the live-pointer table insert (ptr_map.hpp: open addressing,
