@@ -53,6 +53,7 @@ void Pool::delete_block(Block* b) {
   b->stream = nullptr;
   spare_blocks_.push_back(b);
 }
+
 // Note [Stream rule]
 // ~~~~~~~~~~~~~~~~~~
 // Rule: a block freed on stream S may serve a request on another stream T only once an event
