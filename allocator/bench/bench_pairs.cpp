@@ -1,7 +1,8 @@
 // bench_pairs.cpp — malloc/free pair latency of the Zico host pool versus glibc malloc and
 // PyTorch's default CPU allocator (c10::GetDefaultCPUAllocator), over the same log-uniform size
 // mix, with one and with two threads. Built and run by bench_alloc.py; prints one JSON line per
-// (allocator, threads) with nanosecond percentiles of individual pairs.
+// (allocator, threads) with nanosecond percentiles of individual pairs, and one for the timer alone
+// (allocator "timer": the two clock reads every pair's figure includes).
 //
 // Usage: bench_pairs <pairs_per_thread> <min_log2> <max_log2> <seed>
 #include <c10/core/CPUAllocator.h>
@@ -51,6 +52,18 @@ std::vector<double> run(const Allocator& a, const std::vector<size_t>& sizes) {
   return ns;
 }
 
+// The timer alone: two clock reads with nothing between them, as inside every timed pair.
+std::vector<double> timer_floor(size_t n) {
+  std::vector<double> ns;
+  ns.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto t1 = Clock::now();
+    ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+  }
+  return ns;
+}
+
 double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * (v.size() - 1))];
@@ -80,6 +93,11 @@ int main(int argc, char** argv) {
       {"zico_trace_off", [](size_t s) { return zico_malloc(s, ZICO_HOST_DEVICE, nullptr); },
        [](void* p) { zico_free(p, 0, ZICO_HOST_DEVICE, nullptr); }},
   };
+  {
+    const std::vector<double> t = timer_floor(static_cast<size_t>(n));
+    std::printf("{\"allocator\":\"timer\",\"threads\":1,\"pairs\":%zu,\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"p99_ns\":%.1f}\n",
+                t.size(), pct(t, 0.5), pct(t, 0.9), pct(t, 0.99));
+  }
   for (int threads : {1, 2}) {
     for (const Allocator& a : allocators) {
       zico_set_trace_enabled(a.name != "zico_trace_off");

@@ -23,7 +23,8 @@ int fail(const std::string& msg) {
   return -1;
 }
 
-DevicePool* need_pool(int device) {
+// need_pool's error path, out of line so the hot path is one inline slot load.
+__attribute__((noinline)) DevicePool* need_pool_slow(int device) {
   DevicePool* p = pool_for(device);
   if (!p) {
     if (device < -1 || device >= ZICO_MAX_CUDA_DEVICES)
@@ -35,6 +36,11 @@ DevicePool* need_pool(int device) {
                 (device < 0 ? " (call zico_install_host first)" : " (install the CUDA upstream first)");
   }
   return p;
+}
+
+inline DevicePool* need_pool(int device) {
+  if (DevicePool* p = pool_for(device)) return p;
+  return need_pool_slow(device);
 }
 
 char* dup(const std::string& s) {

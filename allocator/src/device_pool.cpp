@@ -41,17 +41,9 @@ DevicePool::~DevicePool() = default;
 
 void DevicePool::trace(int kind, int64_t job, int64_t delta, const JobAccount& a) {
   if (!trace_enabled()) return;
-  zico_trace_record r;
-  r.timestamp_s = 0;  // stamped by the ring (Note [Trace timestamps])
-  r.job = job;
-  r.delta_bytes = delta;
-  r.job_allocated_bytes = a.allocated_bytes.current;
-  r.pool_allocated_bytes = allocated_bytes_[kAll].current;
-  r.pool_reserved_bytes = reserved_bytes_[kAll].current;
-  r.iteration = a.iteration;
-  r.device = device_;
-  r.kind = kind;
-  trace_.push(r);
+  // Stamped by the ring (Note [Trace timestamps]).
+  trace_.push(kind, job, delta, a.allocated_bytes.current, allocated_bytes_[kAll].current,
+              reserved_bytes_[kAll].current, a.iteration, device_);
 }
 
 bool DevicePool::grow(size_t bytes, bool small, int64_t job, bool block) {
@@ -140,27 +132,58 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 // steady state, no heap allocation (a live-map rehash or a CUDA event list may still allocate), and
 // look up nothing beyond the pool's own two containers, with tracing on or off.
 //
-// What a hit costs, in order (callgrind on bench_pairs: ~1,400 instructions per malloc/free pair):
-// the lock; best fit: one lower_bound on a bare size (BySize is transparent) and, when split, one
-// insert; the live-pointer map insert; the pool totals (all + the request's pool kind) and the
-// job's account (Ledger::job caches the last job, so one job's run of requests skips std::map);
-// one trace record stamped with a TSC read (Note [Trace timestamps]). The free mirrors it: one
-// live-map erase, coalescing with one tree descent per neighbour (find, not equal_range), one insert.
-// Tree nodes, hash nodes and Block objects are recycled (node_allocator.hpp, spare_blocks_).
-// Everything that can wait (the budget, the deadlock rule, the agent) is off this path: a hit never
-// reads a clock for the budget wait and never touches the condition variable unless someone waits.
-// Every record is still written (nothing is sampled or dropped to be fast).
+// What a hit costs, in order (callgrind on a log-uniform 512 B .. 1 MiB mix, tracing off: ~860
+// instructions per malloc/free pair, from ~1,320 before the bins and the table): the lock; best fit:
+// for the small pool a bit scan of its size bins (Note [Small-pool bins] in free_bins.hpp), for the
+// large pool one lower_bound on a bare size (BySize is transparent); when split, the remainder is
+// binned (small) or inserted (large); the live-pointer table insert (ptr_map.hpp: open addressing,
+// a multiply and a mask, no node); the pool totals (all + the request's pool kind) and the job's
+// account (Ledger::job caches the last job inline, so one job's run of requests skips std::map);
+// one trace record written in place into a 64-byte slot, stamped with a TSC read (Note [Trace
+// timestamps]). The free mirrors it: one table erase, coalescing with each free neighbour (an O(1)
+// unlink from its bin, or one tree descent in the large pool), one insert. Tree nodes and Block
+// objects are recycled (node_allocator.hpp, spare_blocks_). Everything that can wait (growing, the
+// budget, the deadlock rule, the agent) is in allocate_miss, out of line: a hit never reads a clock
+// for the budget wait and never touches the condition variable unless someone waits.
+// Every record is still written (nothing is sampled or dropped to be fast). The TSC read is the
+// largest single cost left with tracing on (~20 ns per read back to back on the development VM,
+// partly hidden behind the rest of the pair); the curves need it: they place every allocation at
+// its fraction of the iteration (workers/curves/trace.py), so the clock must resolve well under
+// the shortest phase of a millisecond-long CPU iteration, which rules out CLOCK_MONOTONIC_COARSE
+// (~5 ns a read, but one kernel tick of resolution: 4 ms on the development VM).
 void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   std::unique_lock<std::mutex> lk(mu_);
   const size_t rounded = round_size(size);
   const bool small = is_small(rounded);
   JobAccount& acct = ledger_.job(job);
+  Block* b = pool_.take(rounded, size, stream, job);
+  if (__builtin_expect(b == nullptr, 0)) {
+    b = allocate_miss(lk, size, rounded, stream, job, acct);
+    if (!b) return nullptr;
+  }
+  const int64_t n = static_cast<int64_t>(b->size);
+  for (int k : {static_cast<int>(kAll), kind_of(small)}) {
+    allocated_bytes_[k].increase(n);
+    requested_bytes_[k].increase(static_cast<int64_t>(size));
+    allocation_[k].increase(1);
+  }
+  ledger_.on_alloc(acct, n, static_cast<int64_t>(size));
+  trace(ZICO_TRACE_ALLOC, job, n, acct);
+  return b->ptr;
+}
+
+__attribute__((noinline)) Block* DevicePool::allocate_miss(std::unique_lock<std::mutex>& lk, size_t size,
+                                                           size_t rounded, void* stream, int64_t job,
+                                                           JobAccount& acct) {
+  const bool small = is_small(rounded);
   bool granted = false, waited = false, timed_out = false;
-  std::chrono::steady_clock::time_point start;  // read only once a wait begins (hot path: no clock)
+  std::chrono::steady_clock::time_point start;  // read only once a wait begins
   Block* b = nullptr;
-  for (;;) {
-    b = pool_.take(rounded, size, stream, job);
-    if (b) break;
+  for (bool first = true;; first = false) {
+    if (!first) {  // allocate() already tried the cache once
+      b = pool_.take(rounded, size, stream, job);
+      if (b) break;
+    }
     const size_t seg = segment_size(rounded);
     auto fits = [&] {
       const uint64_t r = static_cast<uint64_t>(reserved_bytes_[kAll].current);
@@ -219,16 +242,7 @@ void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
     --waiters_;
     acct.budget_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  if (!b) return nullptr;
-  const int64_t n = static_cast<int64_t>(b->size);
-  for (int k : {static_cast<int>(kAll), kind_of(small)}) {
-    allocated_bytes_[k].increase(n);
-    requested_bytes_[k].increase(static_cast<int64_t>(size));
-    allocation_[k].increase(1);
-  }
-  ledger_.on_alloc(acct, n, static_cast<int64_t>(size));
-  trace(ZICO_TRACE_ALLOC, job, n, acct);
-  return b->ptr;
+  return b;
 }
 
 bool DevicePool::deallocate(void* ptr, void* stream, bool count_invalid) {

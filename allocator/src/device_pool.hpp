@@ -67,6 +67,9 @@ class DevicePool {
   int device() const { return device_; }
 
  private:
+  // allocate() after a cache miss: grows, applies the budget and deadlock rules, may wait.
+  Block* allocate_miss(std::unique_lock<std::mutex>& lk, size_t size, size_t rounded, void* stream,
+                       int64_t job, JobAccount& acct);
   void trace(int kind, int64_t job, int64_t delta, const JobAccount& a);
   void release(size_t want);  // returns cached segments to the upstream, with accounting
   bool grow(size_t bytes, bool small, int64_t job, bool block = false);

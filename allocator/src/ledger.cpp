@@ -31,18 +31,10 @@ bool JobAccount::live(int64_t id) const {
   return allocated_bytes.current > 0 || waiting;  // never marked: live while it holds memory
 }
 
-void Ledger::on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested) {
-  a.allocated_bytes.increase(block_bytes);
-  a.requested_bytes.increase(requested);
-  a.allocation.increase(1);
-  a.allocs_in_iteration += 1;
-  a.iteration_peak = std::max(a.iteration_peak, a.allocated_bytes.current);
-}
-
-void Ledger::on_free(JobAccount& a, int64_t block_bytes, int64_t requested) {
-  a.allocated_bytes.decrease(block_bytes);
-  a.requested_bytes.decrease(requested);
-  a.allocation.decrease(1);
+JobAccount& Ledger::job_slow(int64_t id) {
+  last_ = &jobs_[id];
+  last_id_ = id;
+  return *last_;
 }
 
 bool Ledger::mark(JobAccount& a, int kind, int64_t iteration, double now_s) {

@@ -2,6 +2,7 @@
 // peak), its per-iteration peaks, and its progress from marks (which the deadlock rule reads).
 // Not thread-safe: DevicePool holds the lock. Job 0 is the "unattributed" account.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -50,16 +51,23 @@ class Ledger {
   // then skips the map lookup (accounts are never erased and map nodes never move, so the cached
   // pointer stays valid).
   JobAccount& job(int64_t id) {
-    if (last_ == nullptr || last_id_ != id) {
-      last_ = &jobs_[id];
-      last_id_ = id;
-    }
-    return *last_;
+    if (__builtin_expect(last_ != nullptr && last_id_ == id, 1)) return *last_;
+    return job_slow(id);
   }
   const std::map<int64_t, JobAccount>& jobs() const { return jobs_; }
 
-  void on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested);
-  void on_free(JobAccount& a, int64_t block_bytes, int64_t requested);
+  void on_alloc(JobAccount& a, int64_t block_bytes, int64_t requested) {
+    a.allocated_bytes.increase(block_bytes);
+    a.requested_bytes.increase(requested);
+    a.allocation.increase(1);
+    a.allocs_in_iteration += 1;
+    a.iteration_peak = std::max(a.iteration_peak, a.allocated_bytes.current);
+  }
+  void on_free(JobAccount& a, int64_t block_bytes, int64_t requested) {
+    a.allocated_bytes.decrease(block_bytes);
+    a.requested_bytes.decrease(requested);
+    a.allocation.decrease(1);
+  }
   // Applies a mark of `kind` (ZICO_MARK_*); false if `kind` is not a mark.
   bool mark(JobAccount& a, int kind, int64_t iteration, double now_s);
   // True when some live job other than `self` could free memory.
@@ -69,6 +77,7 @@ class Ledger {
   void reset_peaks();
 
  private:
+  JobAccount& job_slow(int64_t id);  // the map lookup (or insertion), then caches it
   std::map<int64_t, JobAccount> jobs_;
   int64_t last_id_ = 0;
   JobAccount* last_ = nullptr;

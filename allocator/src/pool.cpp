@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 namespace zico {
 
@@ -40,7 +41,16 @@ Block* Pool::new_block() {
 }
 
 void Pool::delete_block(Block* b) {
-  *b = Block();
+  // Every field back to its default, except that the event list keeps its capacity (a recycled
+  // block's list then allocates no more).
+  b->events.clear();
+  b->ptr = nullptr;
+  b->size = b->requested = 0;
+  b->segment = nullptr;
+  b->prev = b->next = b->free_prev = b->free_next = nullptr;
+  b->allocated = false;
+  b->job = 0;
+  b->stream = nullptr;
   spare_blocks_.push_back(b);
 }
 
@@ -62,7 +72,7 @@ void Pool::delete_block(Block* b) {
 //
 // Limits: on the host upstream events are null and the rule is a no-op (CPU frees are synchronous).
 // A block released to the upstream first synchronizes its events (cudaFree would anyway).
-void Pool::apply_stream_rule(Block* b, void* stream) {
+void Pool::wait_for_events(Block* b, void* stream) {
   for (auto& e : b->events) {
     if (e.stream != stream && !up_->event_done(e.event.get())) up_->stream_wait(stream, e.event.get());
   }
@@ -71,11 +81,17 @@ void Pool::apply_stream_rule(Block* b, void* stream) {
 
 Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
   const bool small = is_small(rounded);
-  auto& set = free_set(small);
-  auto it = set.lower_bound(rounded);
-  if (it == set.end()) return nullptr;
-  Block* b = *it;
-  set.erase(it);
+  Block* b;
+  if (small) {
+    b = small_bins_.best_fit(rounded);
+    if (!b) return nullptr;
+    small_bins_.remove(b);
+  } else {
+    auto it = large_free_.lower_bound(rounded);
+    if (it == large_free_.end()) return nullptr;
+    b = *it;
+    large_free_.erase(it);
+  }
   const size_t remaining = b->size - rounded;
   const bool split = small ? remaining >= kMinBlockSize : remaining > kSmallSize;
   if (split) {
@@ -88,9 +104,9 @@ Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
     if (b->next) b->next->prev = r;
     b->next = r;
     r->stream = b->stream;
-    r->events = b->events;
+    if (!b->events.empty()) r->events = b->events;
     b->size = rounded;
-    set.insert(r);
+    insert_free(r);
   }
   apply_stream_rule(b, stream);
   b->allocated = true;
@@ -98,7 +114,7 @@ Block* Pool::take(size_t rounded, size_t requested, void* stream, int64_t job) {
   b->job = job;
   b->stream = stream;
   b->segment->allocated_blocks++;
-  live_.emplace(b->ptr, b);
+  live_.insert(b->ptr, b);
   return b;
 }
 
@@ -116,7 +132,7 @@ bool Pool::grow(size_t bytes, bool small, int64_t owner_job, bool block) {
   b->segment = s;
   s->first = b;
   segments_.emplace(s->base, s);
-  free_set(small).insert(b);
+  insert_free(b);
   return true;
 }
 
@@ -130,10 +146,8 @@ Block* Pool::merge(Block* dst, Block* src) {
 }
 
 bool Pool::free(void* ptr, void* stream, FreedBlock* out) {
-  auto it = live_.find(ptr);
-  if (it == live_.end()) return false;
-  Block* b = it->second;
-  live_.erase(it);
+  Block* b = live_.erase(ptr);
+  if (!b) return false;
   const bool small = b->segment->small;
   *out = FreedBlock{b->job, b->size, b->requested, small};
   b->allocated = false;
@@ -145,18 +159,17 @@ bool Pool::free(void* ptr, void* stream, FreedBlock* out) {
     b->events.push_back(PendingEvent{stream, std::shared_ptr<void>(ev, [up](void* e) { up->destroy_event(e); })});
   }
   b->stream = stream;
-  auto& set = free_set(small);
   if (b->prev && !b->prev->allocated) {
     Block* p = b->prev;
-    erase_free(set, p);
+    erase_free(p);
     b = merge(p, b);
   }
   if (b->next && !b->next->allocated) {
     Block* n = b->next;
-    erase_free(set, n);
+    erase_free(n);
     b = merge(b, n);
   }
-  set.insert(b);
+  insert_free(b);
   return true;
 }
 
@@ -173,7 +186,7 @@ std::vector<ReleasedSegment> Pool::release_free_segments(size_t want) {
   for (Segment* s : idle) {
     if (released >= want) break;
     Block* b = s->first;  // an idle segment is one coalesced free block
-    erase_free(free_set(s->small), b);
+    erase_free(b);
     for (auto& e : b->events) up_->event_synchronize(e.event.get());
     delete_block(b);
     up_->release(s->base, s->size);
@@ -186,48 +199,41 @@ std::vector<ReleasedSegment> Pool::release_free_segments(size_t want) {
 }
 
 size_t Pool::largest_free_block(bool small) const {
-  const auto& set = small ? small_free_ : large_free_;
-  return set.empty() ? 0 : (*set.rbegin())->size;
+  if (small) return small_bins_.largest();
+  return large_free_.empty() ? 0 : (*large_free_.rbegin())->size;
 }
 
-size_t Pool::free_bytes() const {
-  size_t n = 0;
-  for (const Block* b : small_free_) n += b->size;
-  for (const Block* b : large_free_) n += b->size;
-  return n;
-}
+size_t Pool::free_bytes() const { return free_bytes(true) + free_bytes(false); }
 
 size_t Pool::free_bytes(bool small) const {
+  if (small) return small_bins_.bytes();
   size_t n = 0;
-  for (const Block* b : small ? small_free_ : large_free_) n += b->size;
+  for (const Block* b : large_free_) n += b->size;
   return n;
 }
 
 size_t Pool::inactive_split_bytes(int kind) const {
   size_t n = 0;
-  for (int k = 0; k < 2; ++k) {
-    const bool small = (k == 0);
-    if ((kind == 1 && !small) || (kind == 2 && small)) continue;
-    for (const Block* b : small ? small_free_ : large_free_)
-      if (b->segment->allocated_blocks > 0) n += b->size;
-  }
+  for_each_free(kind, [&](const Block* b) {
+    if (b->segment->allocated_blocks > 0) n += b->size;
+  });
   return n;
 }
 
 size_t Pool::inactive_split_blocks(int kind) const {
   size_t n = 0;
-  for (int k = 0; k < 2; ++k) {
-    const bool small = (k == 0);
-    if ((kind == 1 && !small) || (kind == 2 && small)) continue;
-    for (const Block* b : small ? small_free_ : large_free_)
-      if (b->segment->allocated_blocks > 0) ++n;
-  }
+  for_each_free(kind, [&](const Block* b) {
+    if (b->segment->allocated_blocks > 0) ++n;
+  });
   return n;
 }
 
 bool Pool::check(std::string* why) const {
   std::ostringstream err;
   size_t free_blocks = 0, live_blocks = 0;
+  std::unordered_set<const Block*> binned;  // the small pool's free blocks, as its bins hold them
+  small_bins_.for_each([&](const Block* b) { binned.insert(b); });
+  if (binned.size() != small_bins_.size()) err << "small-pool bins hold a block twice or miscount; ";
   std::vector<std::pair<char*, size_t>> ranges;
   for (const auto& kv : segments_) {
     const Segment* s = kv.second;
@@ -244,13 +250,12 @@ bool Pool::check(std::string* why) const {
       if (b->allocated) {
         ++allocated;
         ++live_blocks;
-        auto it = live_.find(b->ptr);
-        if (it == live_.end() || it->second != b) err << "allocated block missing from the live map; ";
+        if (live_.find(b->ptr) != b) err << "allocated block missing from the live map; ";
         if (b->requested > b->size) err << "requested exceeds block size; ";
       } else {
         ++free_blocks;
-        const auto& set = s->small ? small_free_ : large_free_;
-        if (!set.count(const_cast<Block*>(b))) err << "free block missing from its free set; ";
+        const bool cached = s->small ? binned.count(b) != 0 : large_free_.count(const_cast<Block*>(b)) != 0;
+        if (!cached) err << "free block missing from its free set; ";
       }
       expect = b->ptr + b->size;
       total += b->size;
@@ -261,7 +266,7 @@ bool Pool::check(std::string* why) const {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) err << "segments overlap; ";
-  if (free_blocks != small_free_.size() + large_free_.size()) err << "free sets hold stale blocks; ";
+  if (free_blocks != small_bins_.size() + large_free_.size()) err << "free sets hold stale blocks; ";
   if (live_blocks != live_.size()) err << "live map holds stale blocks; ";
   *why = err.str();
   return why->empty();

@@ -13,53 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "free_bins.hpp"
 #include "node_allocator.hpp"
+#include "pool_types.hpp"
+#include "ptr_map.hpp"
 #include "upstream.hpp"
 
 namespace zico {
-
-// Size classes from PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp).
-constexpr size_t kMinBlockSize = 512;       // every block is a multiple of this
-constexpr size_t kSmallSize = 1 << 20;      // requests <= 1 MiB come from the small pool
-constexpr size_t kSmallBuffer = 2 << 20;    // small-pool segments are 2 MiB
-constexpr size_t kLargeBuffer = 20 << 20;   // requests in (1 MiB, 10 MiB) get 20 MiB segments
-constexpr size_t kMinLargeAlloc = 10 << 20; // requests >= 10 MiB get their own segment...
-constexpr size_t kRoundLarge = 2 << 20;     // ...rounded up to 2 MiB
-
-// Block size for a request of `size` bytes (multiple of 512, at least 512).
-size_t round_size(size_t size);
-// Segment size to obtain when no cached block fits a request of `size` bytes.
-size_t segment_size(size_t size);
-inline bool is_small(size_t size) { return size <= kSmallSize; }
-
-// An event recorded on a stream when a block was freed; shared by the pieces of a split block.
-struct PendingEvent {
-  void* stream;
-  std::shared_ptr<void> event;  // deleter returns it to the upstream
-};
-
-struct Segment;
-struct Block {
-  char* ptr = nullptr;
-  size_t size = 0;       // block bytes (rounded)
-  size_t requested = 0;  // bytes the caller asked for (allocated blocks only)
-  Segment* segment = nullptr;
-  Block* prev = nullptr;
-  Block* next = nullptr;
-  bool allocated = false;
-  int64_t job = 0;          // job charged while allocated
-  void* stream = nullptr;   // stream of the allocation (or of the last free)
-  std::vector<PendingEvent> events;  // non-empty only on free blocks awaiting their frees' events
-};
-
-struct Segment {
-  char* base = nullptr;
-  size_t size = 0;
-  bool small = false;
-  int64_t owner_job = 0;    // the job whose request obtained it; charged its reserved bytes
-  size_t allocated_blocks = 0;
-  Block* first = nullptr;
-};
 
 // What a free or a release did, so the caller can account for it.
 struct FreedBlock {
@@ -77,10 +37,7 @@ struct ReleasedSegment {
 class Pool {
  public:
   explicit Pool(Upstream* upstream)
-      : up_(upstream),
-        small_free_(BySize(), FreeSetAlloc(&small_nodes_)),
-        large_free_(BySize(), FreeSetAlloc(&large_nodes_)),
-        live_(1024, std::hash<void*>(), std::equal_to<void*>(), LiveAlloc(&live_nodes_)) {}
+      : up_(upstream), large_free_(BySize(), FreeSetAlloc(&large_nodes_)) {}
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -98,7 +55,7 @@ class Pool {
   // back (SIZE_MAX: all of them).
   std::vector<ReleasedSegment> release_free_segments(size_t want);
 
-  bool owns(void* ptr) const { return live_.count(ptr) != 0; }
+  bool owns(void* ptr) const { return live_.find(ptr) != nullptr; }
   size_t largest_free_block(bool small) const;
   size_t free_bytes() const;                // bytes in free blocks
   size_t free_bytes(bool small) const;      // ...of the small or the large pool
@@ -121,20 +78,39 @@ class Pool {
   };
   using FreeSetAlloc = NodeAllocator<Block*>;
   using FreeSet = std::set<Block*, BySize, FreeSetAlloc>;
-  using LiveAlloc = NodeAllocator<std::pair<void* const, Block*>>;
-  using LiveMap = std::unordered_map<void*, Block*, std::hash<void*>, std::equal_to<void*>, LiveAlloc>;
-  FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
-  // Removes free block `b` from `set` (one tree descent: keys are unique, so find, not equal_range).
-  static void erase_free(FreeSet& set, Block* b) { set.erase(set.find(b)); }
-  void apply_stream_rule(Block* b, void* stream);
+  // Caches / uncaches free block `b` in its pool's free blocks: the small pool's bins (Note
+  // [Small-pool bins] in free_bins.hpp) or the large pool's set (one tree descent: keys are unique,
+  // so find, not equal_range).
+  void insert_free(Block* b) {
+    if (b->segment->small) small_bins_.insert(b);
+    else large_free_.insert(b);
+  }
+  void erase_free(Block* b) {
+    if (b->segment->small) small_bins_.remove(b);
+    else large_free_.erase(large_free_.find(b));
+  }
+  // Calls fn(block) for every free block of the small pool, the large pool, or both (kind: a PoolKind).
+  template <class F>
+  void for_each_free(int kind, F&& fn) const {
+    if (kind != 2) small_bins_.for_each(fn);
+    if (kind != 1)
+      for (const Block* b : large_free_) fn(b);
+  }
+  // The stream rule for `b` handed to `stream` (Note [Stream rule] in pool.cpp); a block with no
+  // pending event (every host block, every CUDA reuse whose events completed) costs one test.
+  void apply_stream_rule(Block* b, void* stream) {
+    if (!b->events.empty()) wait_for_events(b, stream);
+  }
+  void wait_for_events(Block* b, void* stream);
   Block* new_block();
   void delete_block(Block* b);
   Block* merge(Block* dst, Block* src);  // src follows dst; returns dst
 
   Upstream* up_;
-  NodeFreeList small_nodes_, large_nodes_, live_nodes_;  // declared before the containers using them
-  FreeSet small_free_, large_free_;
-  LiveMap live_;
+  NodeFreeList large_nodes_;  // declared before the set using it
+  SmallFreeBins small_bins_;  // free blocks of the small pool
+  FreeSet large_free_;        // free blocks of the large pool, by (size, address)
+  PtrMap live_;  // allocated blocks by address
   std::unordered_map<char*, Segment*> segments_;
   std::vector<Block*> spare_blocks_;  // recycled Block objects, to keep new/delete off the hot path
 };

@@ -12,7 +12,6 @@ namespace zico {
 namespace {
 
 constexpr int kSlots = ZICO_MAX_CUDA_DEVICES + 1;  // slot 0 is the host
-std::atomic<DevicePool*> g_pools[kSlots];
 std::mutex g_install_mu;
 std::atomic<UpstreamFactory> g_cuda_factory{nullptr};
 thread_local int64_t t_job = 0;
@@ -27,7 +26,9 @@ bool valid(int device) { return device >= -1 && device < ZICO_MAX_CUDA_DEVICES; 
 
 }  // namespace
 
-DevicePool* pool_for(int device) {
+std::atomic<DevicePool*> g_pools[kSlots];
+
+DevicePool* pool_for_slow(int device) {
   if (!valid(device)) return nullptr;
   DevicePool* p = g_pools[slot(device)].load(std::memory_order_acquire);
   if (p || device < 0) return p;

@@ -9,14 +9,24 @@
 
 #include "device_pool.hpp"
 #include "upstream.hpp"
+#include "zico/zico.h"
 
 namespace zico {
 
 using UpstreamFactory = Upstream* (*)(int device);
 
+// The installed pools by slot (host = slot 0, CUDA device d = slot d + 1); read inline by pool_for.
+extern std::atomic<DevicePool*> g_pools[ZICO_MAX_CUDA_DEVICES + 1];
+// pool_for when the slot is empty: validates, and creates a CUDA pool from the factory.
+DevicePool* pool_for_slow(int device);
+
 // The pool of `device`, or nullptr when none is installed. A CUDA pool is created on first use
-// when a CUDA factory is registered.
-DevicePool* pool_for(int device);
+// when a CUDA factory is registered. An installed pool costs one atomic load (the hot path).
+inline DevicePool* pool_for(int device) {
+  if (device >= -1 && device < ZICO_MAX_CUDA_DEVICES)
+    if (DevicePool* p = g_pools[device + 1].load(std::memory_order_acquire)) return p;
+  return pool_for_slow(device);
+}
 // Installs a pool on `device` with `upstream`; false (and *why) if one is already installed.
 bool install_pool(int device, std::unique_ptr<Upstream> upstream, std::string* why);
 void for_each_pool(void (*fn)(DevicePool*, void*), void* ctx);

@@ -68,6 +68,45 @@ def test_best_fit_picks_the_smallest_block_that_fits(make_pool):
     assert pool.malloc(60 * 1024) == big
 
 
+def test_small_best_fit_skips_empty_sizes_to_the_next_free_one(make_pool):
+    # The small pool's bins (free_bins.hpp): the best fit for 100 KiB, with only an 8 KiB and a
+    # 600 KiB block free, is the 600 KiB one, found past many empty sizes; then the tail is split off.
+    pool = make_pool()
+    small, sep1, big, sep2 = (pool.malloc(s) for s in (8 * 1024, 512, 600 * 1024, 512))
+    pool.free(small)
+    pool.free(big)
+    p = pool.malloc(100 * 1024)
+    assert p == big
+    assert pool.malloc(500 * 1024) == big + 100 * 1024  # the split-off remainder
+    assert pool.malloc(8 * 1024) == small
+    assert pool.stats()["segment.all.current"] == 1
+    pool.check()
+
+
+def test_thousands_of_live_blocks_freed_in_random_order_stay_consistent(make_pool):
+    # Enough live blocks to grow the live-pointer table (ptr_map.hpp) several times, freed in a
+    # random order so that deletions shift runs of colliding entries; every block is still found.
+    import random
+
+    rng = random.Random(7)
+    pool = make_pool()
+    sizes = [rng.choice((512, 1024, 4096, 20_000, 300_000)) for _ in range(6000)]
+    ptrs = [pool.malloc(s) for s in sizes]
+    assert all(ptrs) and len(set(ptrs)) == len(ptrs)
+    order = list(range(len(ptrs)))
+    rng.shuffle(order)
+    for i in order[: len(order) // 2]:
+        pool.free(ptrs[i])
+    pool.check()
+    for i in order[len(order) // 2:]:
+        pool.free(ptrs[i])
+    s = pool.stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["num_invalid_frees"] == 0
+    snap = za.memory_snapshot(pool.device)
+    assert all(len(seg["blocks"]) == 1 for seg in snap)  # every segment coalesced back to one free block
+    pool.check()
+
+
 def test_stats_use_torch_names_and_count_peaks(make_pool):
     pool = make_pool()
     p = pool.malloc(2 * MiB)
