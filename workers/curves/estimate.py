@@ -34,10 +34,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from placement.curves import MemoryCurve
-from workers.curves.costs import DeviceCost, cost_for
+from workers.curves.costs import DeviceCost, cost_for, tensors_in
 from workers.curves.op_timing import MeasuredOpCost
 from workers.curves.trace import Trace, check_iterations, trace_curve
 from workers.workloads.catalog import validate_params
@@ -85,12 +84,12 @@ class FlashLikeAttention(TorchFunctionMode):
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
+        kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
             if len(args) > 4:
                 args = (*args[:4], 0.0, *args[5:])
             else:
-                kwargs["dropout_p"] = 0.0
+                kwargs = {**kwargs, "dropout_p": 0.0}
         return func(*args, **kwargs)
 
 
@@ -170,9 +169,8 @@ class MemoryRecorder(TorchDispatchMode):
         if self.cost.blas_workspace_bytes and func.overloadpacket in _BLAS_OPS:
             self._blas_workspace(start)
         self.clock += self.cost.op_seconds(func, args, kwargs, out, self._phase)
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self._track(t.untyped_storage(), start)
+        for t in tensors_in(out):
+            self._track(t.untyped_storage(), start)
         return out
 
     def _track(self, storage: torch.UntypedStorage, at: float, record: bool = True) -> int:
