@@ -3,15 +3,16 @@ estimate, exit), for GPT-2 small 8 x 1024 and ResNet-50 64 x 224 on a CUDA targe
 
     python scripts/bench_estimate.py [--runs 3] [--baseline /path/to/older/checkout] [--only gpt2|resnet50]
 
-Per workload, ``--runs`` rounds of a cold run (``--no-cache``: everything imported and computed) and a
-warm one (a cache hit: the entry the cold runs wrote; ``--no-cache`` replaces it). With ``--baseline`` (an older checkout, e.g.
-``git archive bc75623 | tar -x -C /tmp/base``), each round times that checkout's ``manage.py`` right
-before this one's, cold and warm alike, so that both see the same load, and prints this run's wall
-time as a ratio to the baseline's (below 1: faster). Each line gives wall and CPU seconds (user +
+Per workload, ``--runs`` cold runs (``--no-cache``: everything imported and computed), then as many
+warm ones (cache hits: the entry the cold runs wrote). With ``--baseline`` (an older checkout, e.g.
+``git archive bc75623 | tar -x -C /tmp/base``), each run of this checkout comes right after the same
+run of that checkout's ``manage.py``, cold and warm alike, so that both see the same load, and its
+wall and CPU times are printed as ratios to the baseline's (below 1: faster). Each line gives wall and CPU seconds (user +
 system of the child) and the wall time against the target. The 1-minute load average is printed at
-the start, after each workload and at the end, and two floors measured in the same run show what the
-load does to any Python start-up: the interpreter importing torch alone, and Django starting for
-``manage.py curve list``. Run it with the project's environment (PYTHONPATH, ZICO_VAR_DIR); each
+the start, after each workload and at the end, and three floors measured in the same run show what the
+load does to any Python start-up: the interpreter importing torch alone, Django starting for
+``manage.py curve list``, and the imports a GPT-2 estimate needs before its first operator (a floor
+no cold GPT-2 estimate goes below). Run it with the project's environment (PYTHONPATH, ZICO_VAR_DIR); each
 checkout gets its own cache folder under ZICO_VAR_DIR. Nothing is timed inside the test suite.
 """
 from __future__ import annotations
@@ -31,6 +32,11 @@ WORKLOADS = {
     "gpt2-small 8x1024": ["gpt2-small", "-p", "batch_size=8", "-p", "seq_len=1024"],
     "resnet50 64x224": ["resnet50", "-p", "batch_size=64", "-p", "image_size=224"],
 }
+
+# What a cold GPT-2 estimate imports before its first operator (torch; torch._dynamo, which FakeTensorMode
+# and transformers' masking code import; transformers' GPT-2), in a bare interpreter: no estimate can be faster.
+IMPORTS_OF_GPT2 = ("import os; from torch._subclasses.fake_tensor import FakeTensorMode; FakeTensorMode(); "
+                   "import transformers.models.gpt2.modeling_gpt2; import workers.curves.estimate; os._exit(0)")
 
 
 def _env(root: Path, cache: Path) -> dict[str, str]:
@@ -76,6 +82,7 @@ def main() -> None:
     print("floors")
     report("python -c 'import torch'", *timed([sys.executable, "-c", "import torch"]))
     report("manage.py curve list", *timed([sys.executable, str(ROOT / "manage.py"), "curve", "list"]))
+    report("imports of a GPT-2 estimate", *timed([sys.executable, "-c", IMPORTS_OF_GPT2]))
     checkouts = ([("baseline", args.baseline.resolve())] if args.baseline else []) + [("this", ROOT)]
     for name, wl in WORKLOADS.items():
         if args.only and not name.startswith(args.only):

@@ -1,5 +1,6 @@
 """``manage.py curve`` as a process: it runs without ``django.setup()`` (no app's models imported) and ends
-without the interpreter's teardown, yet its output is complete and its exit status is Django's."""
+without the interpreter's teardown, yet its output is complete, its log messages reach the settings'
+handlers and its exit status is Django's."""
 import json
 import os
 import subprocess
@@ -27,6 +28,11 @@ def test_an_estimate_writes_its_whole_json_and_exits_zero_without_loading_the_ap
     assert not {"zico.jobs.models", "zico.cluster.models", "django.contrib.admin", "psycopg"} & imported
     again = manage("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0", tmp_path=tmp_path)
     assert again.returncode == 0 and "cache       hit" in again.stdout
+    [entry] = (tmp_path / "cache").glob("*.json")
+    entry.write_text('{"inputs": ')  # corrupt: recomputed, and the settings' logging says so on stderr
+    logged = manage("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0", tmp_path=tmp_path)
+    assert logged.returncode == 0 and "cache       hit" not in logged.stdout
+    assert "WARNING workers.curves.estimate_cache: estimate cache" in logged.stderr
 
 
 def test_a_command_error_is_printed_and_exits_one(tmp_path):
