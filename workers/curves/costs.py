@@ -17,10 +17,9 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import torch
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -33,6 +32,26 @@ _FLOPS = {
     _aten._scaled_dot_product_flash_attention_for_cpu_backward:
         flop_registry[_aten._scaled_dot_product_flash_attention_backward],
 }
+
+
+def tensors_in(tree) -> list[torch.Tensor]:
+    """The tensors in an operator's arguments or outputs (tensors inside tuples, lists and dicts, nested),
+    in ``torch.utils._pytree.tree_flatten``'s order. Per operator call this is the recorder's and the
+    cost model's own largest cost; the general pytree walk took twice as long."""
+    out: list[torch.Tensor] = []
+    _collect(tree, out)
+    return out
+
+
+def _collect(x, out: list[torch.Tensor]) -> None:
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            _collect(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _collect(y, out)
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,11 @@ class DeviceCost:
 
     def overhead_for(self, phase: str | None) -> float:
         """Seconds of overhead per operator issued in ``phase``."""
-        return dict(self.phase_overhead_s).get(phase, self.overhead_s)
+        return self._phase_overheads.get(phase, self.overhead_s)
+
+    @cached_property
+    def _phase_overheads(self) -> dict[str, float]:
+        return dict(self.phase_overhead_s)
 
     def op_seconds(self, func, args, kwargs, out, phase: str | None = None) -> float:
         """Modelled seconds of one aten operator call issued in ``phase``. A view (``t``, ``detach``,
@@ -74,7 +97,7 @@ class DeviceCost:
             return self.overhead_for(phase)
         # embedding(weight, indices): the indices, the rows read (as many bytes as the output) and the output
         touched = (args[1:], out, out) if func.overloadpacket is _aten.embedding else (args, kwargs, out)
-        tensors = [t for t in tree_flatten(touched)[0] if isinstance(t, torch.Tensor)]
+        tensors = tensors_in(touched)
         moved = sum(t.numel() * t.element_size() for t in tensors)
         seconds = moved / self.bytes_per_s
         count = _FLOPS.get(func.overloadpacket)

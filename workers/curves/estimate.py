@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from placement.curves import MemoryCurve
-from workers.curves.costs import DeviceCost, cost_for
+from workers.curves.costs import DeviceCost, cost_for, tensors_in
 from workers.curves.op_timing import MeasuredOpCost
 from workers.curves.trace import Trace, check_iterations, trace_curve
 from workers.workloads.catalog import validate_params
@@ -84,12 +84,38 @@ class FlashLikeAttention(TorchFunctionMode):
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
+        kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
             if len(args) > 4:
                 args = (*args[:4], 0.0, *args[5:])
             else:
-                kwargs["dropout_p"] = 0.0
+                kwargs = {**kwargs, "dropout_p": 0.0}
+        return func(*args, **kwargs)
+
+
+class SkipFakeInit(TorchFunctionMode):
+    """Note [No weight initialisation in the estimate]
+    A fake tensor holds no values, so initialising the model's weights (``torch.nn.init``'s
+    functions, which modules' ``reset_parameters`` and transformers' ``_init_weights`` call, and
+    the in-place ``normal_``/``uniform_``/``fill_``/``zero_`` they come down to) computes nothing
+    the estimate reads: each such call on a fake tensor writes in place, allocates no storage the
+    recorder tracks (it is off while the model is built) and returns its argument. This mode
+    returns the tensor without the call: ResNet-50's build went from 0.17 s to 0.07 s of CPU and
+    GPT-2 small's from 0.06 s to 0.03 s (1,000 and 300 calls; the first build in a process). Calls on real tensors (a
+    dataset cached while the model is built) run as usual, and a function mode is thread-local,
+    so a model built by another thread is initialised.
+    """
+
+    _SKIPPED = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.fill_, torch.Tensor.zero_,
+                          torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.constant_,
+                          torch.nn.init.kaiming_uniform_})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self._SKIPPED:
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, FakeTensor):
+                return tensor
         return func(*args, **kwargs)
 
 
@@ -121,14 +147,21 @@ class MemoryRecorder(TorchDispatchMode):
         self.forward_ops = 0  # in the current iteration
         self._blas_handles: set[str] = set()  # threads holding a cuBLAS workspace (Note [cuBLAS workspaces])
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo unless this
+        # says False: a wrapper per operator (two thirds of them prim queries) for a mode that never
+        # runs under torch.compile.
+        return False
+
     # -- allocation tracking ---------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = func(*args, **(kwargs or {}))
         # prim ops (prim.device, ...) are metadata queries a fake tensor dispatches and a real one
         # does not: no kernel, no time (915 of them per tiny-lm iteration).
         if not self.recording or func.namespace == "prim":
             return out
+        kwargs = kwargs or {}
         self.ops += 1
         if self._phase == "forward":
             self.forward_ops += 1
@@ -136,9 +169,8 @@ class MemoryRecorder(TorchDispatchMode):
         if self.cost.blas_workspace_bytes and func.overloadpacket in _BLAS_OPS:
             self._blas_workspace(start)
         self.clock += self.cost.op_seconds(func, args, kwargs, out, self._phase)
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                self._track(t.untyped_storage(), start)
+        for t in tensors_in(out):
+            self._track(t.untyped_storage(), start)
         return out
 
     def _track(self, storage: torch.UntypedStorage, at: float, record: bool = True) -> int:
@@ -236,8 +268,6 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
             (``trace.check_iterations``); a timing other than measured or roofline.
         CurveError: the run produced no usable iteration.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     wall = time.perf_counter()
     check_iterations(warmup, steady)
     if timing not in TIMINGS:
@@ -258,7 +288,7 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     attention = FlashLikeAttention() if target.type == "cuda" else contextlib.nullcontext()
     with fake, recorder, attention:
-        with fake_device:  # parameters are created on the fake device directly
+        with fake_device, SkipFakeInit():  # parameters are created on the fake device directly, uninitialised
             workload, params, parts = build_parts(key, params, data_dir)
         job = _FakeTrainingJob(workload, params, parts, str(fake_device), recorder,
                                optimizer_foreach=True if target.type == "cuda" else None)
