@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if args.out:
         cmd = "scripts/experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.out.write_text(PAGE.format(cmd=cmd.strip(), body=text))
+        from workers.bench.experiment_report import MEASURED_HEADING
+
+        # the measured section (workers.bench.experiment --doc) runs from its heading to the end: kept
+        old = args.out.read_text() if args.out.exists() else ""
+        measured = old[old.index(MEASURED_HEADING):] if MEASURED_HEADING in old else ""
+        args.out.write_text(PAGE.format(cmd=cmd.strip(), body=text) + ("\n" + measured if measured else ""))
     return 0
 
 

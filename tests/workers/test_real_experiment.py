@@ -112,3 +112,26 @@ def test_bad_input_is_one_line_and_exit_status_2(argv, message, capsys):
 def test_a_cuda_device_is_accepted_and_brings_its_own_pairs(capsys):
     assert main(["--device", "cuda:0", "--pair", "resnet50+tiny-lm"]) == 2  # refused before any device is used
     assert "among resnet50, bert-base, gpt2-small" in capsys.readouterr().err
+
+
+def test_the_measured_section_is_replaced_in_place_and_the_simulated_page_above_it_kept():
+    from workers.bench.experiment_report import MEASURED_HEADING, replace_section
+
+    page = "# Experiment\n\nsimulated table\n"
+    once = replace_section(page, f"{MEASURED_HEADING}\n\nrun 1\n")
+    assert once == f"# Experiment\n\nsimulated table\n\n{MEASURED_HEADING}\n\nrun 1\n"
+    assert replace_section(once, f"{MEASURED_HEADING}\n\nrun 2\n") == once.replace("run 1", "run 2")
+    assert replace_section("", f"{MEASURED_HEADING}\n") == f"{MEASURED_HEADING}\n"
+
+
+def test_every_default_job_is_a_valid_catalog_job_and_every_default_pair_names_them():
+    from workers.bench.experiment import CPU_JOBS, CPU_PAIRS, CUDA_JOBS, CUDA_PAIRS, parse_pairs
+    from workers.colocate import parse_job
+    from workers.workloads.catalog import validate_params
+
+    for jobs, pairs in ((CPU_JOBS, CPU_PAIRS), (CUDA_JOBS, CUDA_PAIRS)):
+        for label, text in jobs.items():
+            key, params = parse_job(text)
+            assert key == label
+            validate_params(key, params)
+        assert len(parse_pairs(pairs, jobs)) == 3

@@ -219,7 +219,7 @@ def _progress(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 ok, 1 a run could not be made, 2 bad input."""
-    from .experiment_report import markdown
+    from .experiment_report import markdown, replace_section, section
 
     ap = argparse.ArgumentParser(prog="python -m workers.bench.experiment", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="CPU: intra-op threads of each job process (0: torch's)")
     ap.add_argument("--gate-headroom", type=float, default=HELD_GATE_HEADROOM)
     ap.add_argument("--out", default=None, help="path prefix: writes <out>.json, <out>.md and <out>.curves.json")
+    ap.add_argument("--doc", default=None, help="a page (docs/experiment.md) whose measured section is rewritten")
     a = ap.parse_args(argv)
     import re
 
@@ -237,9 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.device == "cpu" and a.threads > 0:
         os.environ.update(OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
-    if a.out is not None and not Path(a.out).absolute().parent.is_dir():
-        print(f"experiment: --out {a.out!r}: no such folder", file=sys.stderr)
-        return 2
+    for flag, path in (("--out", a.out), ("--doc", a.doc)):
+        if path is not None and not Path(path).absolute().parent.is_dir():
+            print(f"experiment: {flag} {path!r}: no such folder", file=sys.stderr)
+            return 2
+    load = os.getloadavg()[0]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
         report = run(a.device, a.pair, a.iterations, a.budgets, a.gate_headroom, say=say)
@@ -249,7 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"experiment: {exc}", file=sys.stderr)
         return 1
+    report["load_average"] = round(load, 1)
     text = markdown(report)
+    if a.doc is not None:
+        page = Path(a.doc).read_text() if Path(a.doc).exists() else ""
+        command = "python -m workers.bench.experiment " + " ".join(argv if argv is not None else sys.argv[1:])
+        Path(a.doc).write_text(replace_section(page, section(report, command.strip())))
     if a.out is not None:
         out = Path(a.out)
         out.with_suffix(".json").write_text(json.dumps(report, indent=1))

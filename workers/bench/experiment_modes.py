@@ -71,6 +71,8 @@ class ExperimentAgent(DeviceAgent):
         run.in_gate = True  # held, not hung
         with self._cond:
             self._arrived.add(run.job_id)
+            if self.slicing and run.job_id not in self._line:
+                self._line.append(run.job_id)  # in line from its first arrival: the turns alternate from the start
             self._cond.wait_for(lambda: self._members <= self._arrived | self._ended)
             if self.released_at is None:
                 self.released_at = time.monotonic()
@@ -80,7 +82,8 @@ class ExperimentAgent(DeviceAgent):
             self.pool.set_yielding(run.job_id, True)  # its cache may serve the iteration in flight
             try:
                 with self._cond:
-                    self._line.append(run.job_id)
+                    if run.job_id not in self._line:
+                        self._line.append(run.job_id)
                     self._cond.wait_for(lambda: self._busy is None and self._line[0] == run.job_id)
                     self._line.pop(0)
                     self._busy = run.job_id

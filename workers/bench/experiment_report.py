@@ -15,6 +15,21 @@ from .experiment_modes import MODES
 
 MIB = 2**20
 LETTERS = dict(zip(MODES, "abcd"))
+# The measured section of docs/experiment.md starts here and runs to the end of the page: the experiment's
+# ``--doc`` rewrites it, scripts/experiment.py (the simulated tables above it) keeps it.
+MEASURED_HEADING = "## Measured: real job processes on this machine"
+PREAMBLE = """Every figure in this section is measured: real training jobs, each its own process under a device
+agent, memory from the agent pool, on the real clock (everything above it is simulated: real curves, virtual
+clock, an assumed compute share). (a) sequential: one job alone, then the other; (b) uncoordinated: both at
+once, no coordinator, the pool's capacity equal to the budget and no waiting for room, so a request past the
+budget fails with torch's OutOfMemoryError (a hard limit, like a GPU whose memory is the budget); (c) time
+slicing: one iteration in flight at a time, alternating, the waiting job's cache free for the running one;
+(d) Zico: the coordinator gates every iteration start, the agent pool enforces the budget (capacity halfway
+from the budget to the sum of held peaks: room for the deadlock rule, whose grants past the budget are the
+budget violations). Budgets run from the sum of the jobs' solo held peaks (chunks the pool granted each alone)
+down to the least budget Zico's gate can plan. Throughput: (a)'s makespan over the mode's (the same iterations;
+the jobs' first iterations start together once both are ready, startup excluded). The compute shares are
+measured (step time alone and beside an identical copy) and stored in each curve's meta."""
 
 
 def throughput_vs_sequential(row: dict[str, Any], mode: str) -> float | None:
@@ -32,6 +47,20 @@ def mode_cells(row: dict[str, Any], mode: str) -> list[str]:
     return [f"({LETTERS[mode]}) {mode}", "-" if thr is None else f"{thr:.2f}x",
             "-" if r["makespan_s"] is None else f"{r['makespan_s']:.2f}", f"{r['peak_bytes'] / MIB:.1f}", failed,
             str(r["budget_violations"]), f"{r['gate_delay_s']:.2f}"]
+
+
+def section(report: dict[str, Any], command: str) -> str:
+    """The measured section of docs/experiment.md: heading, what is measured, the command, the tables."""
+    return (f"{MEASURED_HEADING}\n\n{PREAMBLE}\n\nProduced by `{command}` in {report['wall_s'] / 60:.1f} minutes "
+            f"(load average {report.get('load_average', '?')} at the start, on 2 cores shared with other work).\n\n"
+            + markdown(report))
+
+
+def replace_section(page: str, text: str) -> str:
+    """``page`` with its measured section (MEASURED_HEADING to the end) replaced by ``text``, or ``text``
+    appended when it has none."""
+    head, found, _ = page.partition(MEASURED_HEADING)
+    return (head.rstrip() + "\n\n" if found or head.strip() else "") + text
 
 
 def markdown(report: dict[str, Any]) -> str:
