@@ -19,8 +19,10 @@ def test_time_slicing_runs_one_iteration_at_a_time_and_alternates():
     assert len(spans) == 8
     for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
         assert start >= end  # never two iterations in flight
+    # turns alternate (round robin); a job may go twice running when the other has not asked yet (the slicer
+    # never idles the device waiting for a job that is between its iterations)
     order = [n for _, _, n in spans]
-    assert order[:6] == [order[0], 1 - order[0]] * 3  # round robin while both iterate
+    assert sum(a != b for a, b in zip(order, order[1:])) >= 3, order
     assert r["gate_delay_s"] > 0 and r["makespan_s"] > 0 and r["oom_failures"] == 0
     assert 0 < r["peak_bytes"] <= r["budget_bytes"]
 
@@ -115,13 +117,14 @@ def test_a_cuda_device_is_accepted_and_brings_its_own_pairs(capsys):
 
 
 def test_the_measured_section_is_replaced_in_place_and_the_simulated_page_above_it_kept():
-    from workers.bench.experiment_report import MEASURED_HEADING, replace_section
+    from workers.bench.experiment_report import MEASURED_HEADING, measured_section, replace_section
 
     page = "# Experiment\n\nsimulated table\n"
     once = replace_section(page, f"{MEASURED_HEADING}\n\nrun 1\n")
     assert once == f"# Experiment\n\nsimulated table\n\n{MEASURED_HEADING}\n\nrun 1\n"
     assert replace_section(once, f"{MEASURED_HEADING}\n\nrun 2\n") == once.replace("run 1", "run 2")
     assert replace_section("", f"{MEASURED_HEADING}\n") == f"{MEASURED_HEADING}\n"
+    assert measured_section(once) == f"{MEASURED_HEADING}\n\nrun 1\n" and measured_section(page) == ""
 
 
 def test_every_default_job_is_a_valid_catalog_job_and_every_default_pair_names_them():

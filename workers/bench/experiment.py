@@ -175,8 +175,6 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
         pair = [catalog[a], catalog[b]]
         held = [held_curve(curves[k], profiles[k]["reserved_peak_bytes"]) for k in (a, b)]
         bs, total, floor = budgets_for(held, budgets, gate_headroom)
-        solo_steps = [shares[a]["solo_step_s"], shares[b]["solo_step_s"]]
-        solo_spans = [shares[a]["solo_run"]["jobs"][0]["span_s"], shares[b]["solo_run"]["jobs"][0]["span_s"]]
         share_ab = [curves[a]["meta"]["compute_share"], curves[b]["meta"]["compute_share"]]
         for budget in bs:
             row = {"pair": f"{a} + {b}", "budget_bytes": budget, "sum_held_peaks_bytes": total, "floor_bytes": floor,
@@ -187,9 +185,12 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
                                               gate_headroom=gate_headroom, settings=settings)
             rows.append(row)
             say(_progress(row))
+            # slowdowns against the row's own (a), run just before: the machine's other load moves every figure
+            solo_steps = [j["step_s"] for j in row["modes"]["sequential"]["jobs"]]
+            solo_spans = [j["span_s"] for j in row["modes"]["sequential"]["jobs"]]
             contention = predicted_slowdown(share_ab)
             for label, m in zip((a, b), colocated_slowdowns(row["modes"]["uncoordinated"], solo_steps)):
-                if m is not None:
+                if m is not None and all(solo_steps):
                     predictions.append({"pair": row["pair"], "budget_bytes": budget, "job": label, "mode": "uncoordinated",
                                         "predicted": contention, "measured": m,
                                         "error": relative_error(contention, m), "in_sample": a == b})
@@ -256,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(report)
     if a.doc is not None:
         page = Path(a.doc).read_text() if Path(a.doc).exists() else ""
-        command = "python -m workers.bench.experiment " + " ".join(argv if argv is not None else sys.argv[1:])
+        words = list(argv if argv is not None else sys.argv[1:])
+        if "--out" in words[:-1]:  # where this run's files went is no part of how to reproduce it
+            words[words.index("--out") + 1] = "PREFIX"
+        command = "python -m workers.bench.experiment " + " ".join(words)
         Path(a.doc).write_text(replace_section(page, section(report, command.strip())))
     if a.out is not None:
         out = Path(a.out)

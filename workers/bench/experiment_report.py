@@ -63,6 +63,11 @@ def replace_section(page: str, text: str) -> str:
     return (head.rstrip() + "\n\n" if found or head.strip() else "") + text
 
 
+def measured_section(page: str) -> str:
+    """The measured section of ``page`` (MEASURED_HEADING to the end), or "" when it has none."""
+    return page[page.index(MEASURED_HEADING):] if MEASURED_HEADING in page else ""
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = lambda b: f"{b / MIB:.1f}"  # noqa: E731
     out = [f"Device {report['device']}; {report['iterations']} iterations per job per run; "
@@ -86,10 +91,11 @@ def markdown(report: dict[str, Any]) -> str:
     out += ["", "Floors (least budget Zico's gate can plan): "
             + "; ".join(sorted({f"{r['pair']} {m(r['floor_bytes'])} MiB of {m(r['sum_held_peaks_bytes'])}"
                                 for r in report["rows"]})) + ".", "",
-            "Slowdown predicted with the measured compute shares against the slowdown measured: in (b), the "
-            "contention model max(1, sum of shares) against the median iteration beside the partner over the "
-            "median alone; in (d), the scheduler's plan (placement.groups.plan_group, held-byte curves, measured "
-            "shares) against the job's run time over its run time alone (gate delays included):", "",
+            "Slowdown predicted with the measured compute shares against the slowdown measured (alone: the same "
+            "row's (a), run just before): in (b), the contention model max(1, sum of shares) against the median "
+            "iteration beside the partner over the median alone; in (d), the scheduler's plan "
+            "(placement.groups.plan_group, held-byte curves, measured shares) against the job's run time over its "
+            "run time alone (gate delays included):", "",
             "| pair | budget MiB | mode | job | measured | predicted | error |", "|---|---:|---|---|---:|---:|---:|"]
     for p in report["predictions"]:
         note = " (in sample)" if p["in_sample"] else ""
