@@ -129,12 +129,10 @@ def test_the_measured_section_is_replaced_in_place_and_the_simulated_page_above_
 
 def test_every_default_job_is_a_valid_catalog_job_and_every_default_pair_names_them():
     from workers.bench.experiment import CPU_JOBS, CPU_PAIRS, CUDA_JOBS, CUDA_PAIRS, parse_pairs
-    from workers.colocate import parse_job
-    from workers.workloads.catalog import validate_params
+    from workers.colocate import check_inputs, parse_job
 
-    for jobs, pairs in ((CPU_JOBS, CPU_PAIRS), (CUDA_JOBS, CUDA_PAIRS)):
-        for label, text in jobs.items():
-            key, params = parse_job(text)
-            assert key == label
-            validate_params(key, params)
+    for device, jobs, pairs in (("cpu", CPU_JOBS, CPU_PAIRS), ("cuda:0", CUDA_JOBS, CUDA_PAIRS)):
+        parsed = [parse_job(text) for text in jobs.values()]
+        assert [key for key, _ in parsed] == list(jobs)
+        check_inputs(parsed, device, iterations=12)  # the catalog's own validation; raises UsageError naming a bad one
         assert len(parse_pairs(pairs, jobs)) == 3
