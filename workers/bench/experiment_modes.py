@@ -5,7 +5,9 @@ memory from the agent pool (memfd chunks on CPU). The modes differ only in the l
 an iteration may start:
 
 * ``sequential`` (a): each job alone, one after the other, under a hard limit equal to the budget.
-* ``uncoordinated`` (b): all at once, no coordinator. The pool's capacity is the budget and a request never
+* ``uncoordinated`` (b): all at once, no coordinator, each job's allocator client caching for itself (in place
+  of torch's own allocator, so that the limit counts the bytes the budget is about). The pool's capacity is the
+  budget and a request never
   waits for room (``AgentPool.set_wait(0)``), so memory past the budget is refused at once and the job fails
   with torch's ``OutOfMemoryError``: a real failure, as on a GPU whose memory is the budget. (A cgroup limit
   was not used: it would count every process's interpreter and torch, not the bytes the budget is about,

@@ -21,8 +21,10 @@ MEASURED_HEADING = "## Measured: real job processes on this machine"
 PREAMBLE = """Every figure in this section is measured: real training jobs, each its own process under a device
 agent, memory from the agent pool, on the real clock (everything above it is simulated: real curves, virtual
 clock, an assumed compute share). (a) sequential: one job alone, then the other; (b) uncoordinated: both at
-once, no coordinator, the pool's capacity equal to the budget and no waiting for room, so a request past the
-budget fails with torch's OutOfMemoryError (a hard limit, like a GPU whose memory is the budget); (c) time
+once, no coordinator, each job caching for itself (the allocator client in place of torch's own, so that the
+limit counts the same bytes), the pool's capacity equal to the budget and no waiting for room, so a request past the
+budget fails with torch's OutOfMemoryError (a hard limit, like a GPU whose memory is the budget; not a cgroup
+limit, which would count each process's interpreter and torch too, not the bytes the budget is about); (c) time
 slicing: one iteration in flight at a time, alternating, the waiting job's cache free for the running one;
 (d) Zico: the coordinator gates every iteration start, the agent pool enforces the budget (capacity halfway
 from the budget to the sum of held peaks: room for the deadlock rule, whose grants past the budget are the
