@@ -2,7 +2,7 @@
 run (a) sequentially, (b) uncoordinated, (c) with iteration time slicing and (d) with Zico, side by side.
 
     python -m workers.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
-        [--budgets 3] [--threads 1] [--out prefix]
+        [--budgets 3] [--threads 1] [--gate-headroom 0.05] [--out prefix] [--doc docs/experiment.md]
 
 Steps (every job its own process under a device agent; :mod:`.experiment_modes` says what each mode is):
 
@@ -19,13 +19,14 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
 
 Zico's gate here plans *held-byte* curves: each job's allocated curve raised by its solo pool overhead (held
 peak less allocated peak), against ``(1 - 0.05) x budget`` (``--gate-headroom``); the device worker's default
-plans allocated curves with ``placement.gating.overhead_headroom`` (0.3 or more for these small jobs, which
-puts its floor above ``S``).
+plans allocated curves with ``placement.gating.overhead_headroom`` (0.31-0.34 for these small jobs, which puts
+``workers.colocate``'s floor near or above ``S``).
 
 Printed per pair and budget (:mod:`.experiment_report`): throughput relative to (a) (its makespan over the
 mode's: same iterations), makespan, peak held bytes, jobs failed out of memory, budget violations (grants past
-the budget), gate delay; then each pair's predicted slowdown (contention model with the measured shares)
-against the slowdown measured in (b). Bad input: one line on stderr, exit status 2.
+the budget), gate delay; then the slowdowns predicted with the measured shares (the contention model for (b),
+the scheduler's plan for (d)) against those measured. ``--doc`` rewrites the page's measured section
+(:func:`.experiment_report.replace_section`). Bad input: one line on stderr, exit status 2.
 """
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def held_curve(curve: dict[str, Any], held_peak: int) -> dict[str, Any]:
 
 
 def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float) -> tuple[list[int], int, int]:
-    """``(budgets, S, F)``: ``count`` budgets from ``S`` (sum of held peaks) down to the floor ``F``, bytes.
-    Raises UsageError when the floor is above ``S`` (Zico cannot share this pair below the sum)."""
+    """``(budgets, S, F)``: ``count`` budgets from ``S`` (sum of held peaks) down to the floor ``F``, bytes; only
+    ``[S]`` when the floor is at or above ``S`` (Zico's gate cannot share the pair below the sum)."""
     from placement.curves import curve_from_dict
     from placement.gating import minimal_feasible_budget
 
