@@ -9,9 +9,13 @@
 #   5. what a job process costs: a training step of ResNet-50 (batch 64) and GPT-2 small (8 x 1024) as a job
 #      process through the device agent, in a plain process and in a worker thread, interleaved
 #      — python -m workers.bench.job_overhead --device cuda:0
-#   6. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
+#   6. the real-run experiment: ResNet-50 + GPT-2 small run sequentially, uncoordinated, time-sliced and with Zico
+#      at two budgets below the sum of their held peaks — python -m workers.bench.experiment --device cuda:0
+#      (ZICO_GPU_EXPERIMENT_PAIRS: more pairs, e.g. "resnet50+gpt2-small bert-base+gpt2-small resnet50+resnet50")
+#   7. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
 # A step past its time limit is stopped with SIGABRT, so Python's faulthandler prints every thread's stack.
-# Budget: < 10 minutes on one H200 (each step's own limit: 120 + 150 + 200 + 150 + 240 s). Usage: scripts/gpu-check.sh   (OUT=dir to choose where reports go;
+# Budget: < 15 minutes on one H200 (each step's own limit: 120 + 150 + 200 + 150 + 240 + 300 s; step 6 is
+# sized for its default pair and has not yet run on a GPU). Usage: scripts/gpu-check.sh   (OUT=dir to choose where reports go;
 # ZICO_WHEELHOUSE=dir of wheels to install missing Python packages offline — scripts/gpu-wheels.sh fetches
 # them on a machine with network access; PYTHON=interpreter).
 set -uo pipefail
@@ -56,7 +60,7 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-log "1/5 building the allocator with nvcc"
+log "1/6 building the allocator with nvcc"
 if timeout 120 $PYTHON -m zico_allocator.build >> "$OUT/build.log" 2>&1 \
    && $PYTHON -c "from zico_allocator import build; assert build.cuda_library(), 'no CUDA upstream built'" >> "$OUT/build.log" 2>&1; then
   step_status build ok; log "   built (log: $OUT/build.log)"
@@ -64,7 +68,7 @@ else
   step_status build fail; log "   BUILD FAILED — see $OUT/build.log"; tail -20 "$OUT/build.log" >&2
 fi
 
-log "2/5 gpu-marked tests"
+log "2/6 gpu-marked tests"
 if $PYTHON -c "import pytest" 2>/dev/null; then
   plugins=""; $PYTHON -c "import pytest_django" 2>/dev/null || plugins="-p no:django"
   # Only the files that hold gpu-marked tests: the rest of the suite needs the web stack's services.
@@ -78,7 +82,7 @@ else
   step_status gpu_tests "skipped(no pytest)"; log "   skipped: pytest is not installed"
 fi
 
-log "3/5 two co-located CUDA jobs under a budget below the sum of their solo peaks"
+log "3/6 two co-located CUDA jobs under a budget below the sum of their solo peaks"
 data=real
 $PYTHON -c "import sklearn" 2>/dev/null || data=synthetic
 timeout -s ABRT 200 $PYTHON -X faulthandler -m workers.colocate --device cuda:0 \
@@ -90,14 +94,14 @@ rc=$?
 step_status colocate "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
 [ -f "$OUT/colocate.md" ] && cat "$OUT/colocate.md" >&2 || tail -30 "$OUT/colocate.log" >&2
 
-log "4/5 CUDA estimate against real CUDA allocator traces"
+log "4/6 CUDA estimate against real CUDA allocator traces"
 timeout -s ABRT 150 $PYTHON -X faulthandler -m workers.curves.accuracy --device cuda:0 --steady 3 --data-dir "$ZICO_DATA_DIR" \
   --out "$OUT/curve-accuracy-cuda.md" > "$OUT/curve-accuracy-cuda.log" 2>&1
 rc=$?
 step_status curve_accuracy "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
 tail -22 "$OUT/curve-accuracy-cuda.log" >&2
 
-log "5/5 job-process overhead: ResNet-50 and GPT-2 small as job processes vs a plain process vs a worker thread"
+log "5/6 job-process overhead: ResNet-50 and GPT-2 small as job processes vs a plain process vs a worker thread"
 timeout -s ABRT 240 $PYTHON -X faulthandler -m workers.bench.job_overhead --device cuda:0 \
   --job "resnet50:batch_size=64,image_size=224,data=synthetic" \
   --job "gpt2-small:batch_size=8,seq_len=1024,data=synthetic" \
@@ -105,6 +109,15 @@ timeout -s ABRT 240 $PYTHON -X faulthandler -m workers.bench.job_overhead --devi
 rc=$?
 step_status job_overhead "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
 tail -30 "$OUT/job-overhead.log" >&2
+
+log "6/6 real-run experiment: sequential, uncoordinated, time slicing and Zico on the device"
+pairs=()
+for p in ${ZICO_GPU_EXPERIMENT_PAIRS:-resnet50+gpt2-small}; do pairs+=(--pair "$p"); done
+timeout -s ABRT 300 $PYTHON -X faulthandler -m workers.bench.experiment --device cuda:0 "${pairs[@]}" \
+  --iterations 8 --budgets 2 --out "$OUT/experiment" > "$OUT/experiment.log" 2>&1
+rc=$?
+step_status experiment "$([ $rc = 0 ] && echo ok || echo "fail($rc)")"
+[ -f "$OUT/experiment.md" ] && cat "$OUT/experiment.md" >&2 || tail -30 "$OUT/experiment.log" >&2
 
 $PYTHON - "$OUT" "$data" "$(( $(date +%s) - START ))" <<'PY'
 import json, sys, pathlib, subprocess
@@ -123,6 +136,8 @@ if (out / "colocate.md").exists():
     md += ["", (out / "colocate.md").read_text()]
 if (out / "job-overhead.txt").exists():
     md += ["", "```", (out / "job-overhead.txt").read_text().rstrip(), "```"]
+if (out / "experiment.md").exists():
+    md += ["", "## Real-run experiment", "", (out / "experiment.md").read_text()]
 (out / "gpu-check.md").write_text("\n".join(md) + "\n")
 print("\n".join(md))
 ok = all(v == "ok" for k, v in steps.items() if k != "gpu_tests" or not v.startswith("skipped"))

@@ -13,6 +13,7 @@ from django.db.models import OuterRef, Subquery, TextField
 from django.db.models.functions import MD5, Cast
 from django.utils import timezone
 
+from placement.compute_share import stored_share
 from placement.curves import CurveError, MemoryCurve, curve_from_dict
 from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
 from zico.cluster.models import Device, Status
@@ -44,12 +45,11 @@ class Snapshot:
 
 
 def compute_share(curve: MemoryCurve) -> float:
-    """The share of a device's compute the scheduler assumes ``curve``'s job takes: its
-    ``meta["compute_share"]`` when in (0, 1], else DEFAULT_COMPUTE_SHARE."""
-    share = curve.meta.get("compute_share") if curve.meta else None
-    if isinstance(share, (int, float)) and 0 < share <= 1:
-        return float(share)
-    return DEFAULT_COMPUTE_SHARE
+    """The share of a device's compute the scheduler assumes ``curve``'s job takes: the share measured and
+    stored in its ``meta["compute_share"]`` when in (0, 1] (Note [Measured compute share] in
+    placement.compute_share), else DEFAULT_COMPUTE_SHARE."""
+    share = stored_share(curve)
+    return DEFAULT_COMPUTE_SHARE if share is None else share
 
 
 @dataclass(frozen=True)
