@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
 
     django.setup()  # settings and logging only; a device worker never queries the database
     from zico.celery import app
-    from zico.queues import device_queue
+    from zico_contracts.queues import device_queue
 
     from . import tasks  # noqa: F401  (registers zico.device.*)
     from .celery_fixes import patch_kombu_redis_collected_channel

@@ -18,7 +18,7 @@ from zico.jobs import known
 from zico.jobs.models import Job
 from zico.scheduling.estimates import BackgroundEstimates
 from zico.scheduling.service import Scheduler
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.tenants.models import Role
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from workers.link import Link
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.scheduling.service import Scheduler
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.tenants.models import Role
 

@@ -13,7 +13,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget
-from zico.queues import device_queue
+from zico_contracts.queues import device_queue
 
 # Note [Budget floor]
 #     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
@@ -126,7 +126,7 @@ class Device(models.Model):
 
     @property
     def queue(self) -> str:
-        """The Celery queue of the worker owning this device (zico.queues.device_queue)."""
+        """The Celery queue of the worker owning this device (zico_contracts.queues.device_queue)."""
         return device_queue(self.kind, self.node.host, self.index)
 
     @transaction.atomic

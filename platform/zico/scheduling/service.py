@@ -45,6 +45,7 @@ from zico.cluster.models import Device, Placement, Status
 from zico.jobs import known
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
+from zico_contracts import tasks
 
 from . import waiting
 from .recovery import unsent_tasks
@@ -57,8 +58,8 @@ ROUND_LOCK_KEY = 0x7A69636F2D736368
 CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
 SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
 POLICIES = ("memory-aware", "fifo")  # names of make_policy (runscheduler --policy)
-RUN_TASK = "zico.device.run_job"
-PROFILE_TASK = "zico.device.profile_job"
+RUN_TASK = tasks.RUN_JOB
+PROFILE_TASK = tasks.PROFILE_JOB
 
 
 @dataclass
@@ -302,7 +303,7 @@ class Scheduler:
                                                          reason=f"refused by its estimate: {misfit[1]}"):
                     res.failed.append(job.pk)
                     if was == JobStatus.PROFILING:
-                        from zico.telemetry import keys
+                        from zico_contracts import keys
 
                         keys.request_cancel(_redis(), job.pk)
 

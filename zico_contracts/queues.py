@@ -5,9 +5,11 @@
 * ``gpu.<host>.<index>`` — the worker process that owns GPU ``index`` on ``host``.
 
 Device tasks (run_job, profile_job) are sent with an explicit ``queue=device_queue(...)``;
-control tasks are routed here by name.
+control tasks are routed here by name (:mod:`zico_contracts.tasks`). Standard library only.
 """
 import re
+
+from zico_contracts.tasks import CONTROL_PREFIX
 
 CONTROL_QUEUE = "control"
 
@@ -43,5 +45,5 @@ def device_queue(kind: str, host: str, index: int) -> str:
 
 # Control tasks by stable name prefix -> queue. Device tasks carry their queue explicitly.
 TASK_ROUTES = {
-    "zico.control.*": {"queue": CONTROL_QUEUE},
+    CONTROL_PREFIX + "*": {"queue": CONTROL_QUEUE},
 }
