@@ -25,15 +25,17 @@ from .device import runtime
 
 @shared_task(name=names.RUN_JOB, acks_late=True, reject_on_worker_lost=True)
 def run_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
-    """Run job ``job_id`` as described by ``spec`` (see :class:`workers.runner.RunSpec`); returns the outcome.
+    """Run job ``job_id`` as described by ``spec`` (:class:`zico_contracts.specs.RunSpec`); returns the outcome.
 
     Raises SpecError (a ValueError) on a malformed spec; the job is then reported failed.
     """
-    from .runner import RunSpec, SpecError, run
+    from zico_contracts.specs import RunSpec, SpecError
+
+    from .runner import run
 
     rt = runtime()
     try:
-        parsed = RunSpec.parse(job_id, spec)
+        parsed = RunSpec.from_dict(job_id, spec)
     except SpecError as exc:
         if isinstance(job_id, int):
             rt.link.emit("job_finished", job=job_id, placement=(spec or {}).get("placement")

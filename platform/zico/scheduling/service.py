@@ -24,9 +24,9 @@ One round:
    placed job, to its device's queue) in one Redis pipeline;
 6. stores the waiting reasons that changed (Note [Waiting reasons] in zico.scheduling.waiting).
 
-Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
-``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
-``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}).
+Task arguments (zico_contracts.specs, the classes both sides use):
+``run_job(job_id, Placement.run_spec(...))`` (a ``RunSpec``) and
+``profile_job(job_id, Job.profile_spec())`` (a ``ProfileSpec``).
 """
 from __future__ import annotations
 
