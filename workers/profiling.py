@@ -108,7 +108,7 @@ def _script_curve(dirs, job_id: int, warmup: int, device: str, code) -> dict[str
 
     from placement.curves import CurveError
     from workers.curves.capture import allocator_records_to_trace
-    from workers.curves.trace import trace_curve
+    from zico_workloads.curves.trace import trace_curve
 
     from .scriptproc import PROFILE_TRACE
 

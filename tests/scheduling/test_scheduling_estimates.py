@@ -54,7 +54,7 @@ def cache(estimated, settings):
 
 @pytest.fixture
 def full():
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     return lambda params: validate_params("digits-cnn", params)
 

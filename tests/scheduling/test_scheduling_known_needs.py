@@ -70,7 +70,7 @@ def submit(tenant):
 
 
 def _full(params):
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     return validate_params("digits-cnn", params)
 
