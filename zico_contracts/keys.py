@@ -25,7 +25,7 @@ name                               type    meaning
 =================================  ======  ====================================================================
 
 ``<dev>`` is a device key from :func:`device_key`, e.g. ``gpu.node1.0`` or ``cpu.node1.0``.
-This module imports nothing from Django or torch.
+Standard library only (a Redis client is passed in where one is needed).
 """
 from __future__ import annotations
 
