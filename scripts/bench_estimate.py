@@ -36,7 +36,7 @@ WORKLOADS = {
 # What a cold GPT-2 estimate imports before its first operator (torch; torch._dynamo, which FakeTensorMode
 # and transformers' masking code import; transformers' GPT-2), in a bare interpreter: no estimate can be faster.
 IMPORTS_OF_GPT2 = ("import os; from torch._subclasses.fake_tensor import FakeTensorMode; FakeTensorMode(); "
-                   "import transformers.models.gpt2.modeling_gpt2; import workers.curves.estimate; os._exit(0)")
+                   "import transformers.models.gpt2.modeling_gpt2; import zico_workloads.curves.estimate; os._exit(0)")
 
 
 def _env(root: Path, cache: Path) -> dict[str, str]:

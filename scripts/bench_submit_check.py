@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=2000)
     a = ap.parse_args()
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
     from zico.jobs.known import ESTIMATE_DEVICE, misfit
     from zico.jobs.models import Job, MemoryProfile
 

@@ -38,7 +38,7 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
      "params": {"batch_size": 32, "seq_len": 128, "iterations": 40}},
 ]
 # Solo profiles: steady iterations per job; the curve's iteration time is their median, so one iteration slowed
-# by other work on the machine does not skew the plan (Note [Averaging iterations] in workers/curves/trace.py).
+# by other work on the machine does not skew the plan (Note [Averaging iterations] in zico_workloads/curves/trace.py).
 PROFILE_STEADY = 8
 # The demo worker's --gate-headroom comes from these jobs' own pool overhead (placement.gating.overhead_headroom,
 # Note [Headroom from the jobs' own overhead]); the scheduler plans their group with the same share.

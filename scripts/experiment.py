@@ -6,8 +6,8 @@ throughput relative to solo and peak memory, and writes docs/experiment.md with 
     .venv/bin/python scripts/experiment.py --out docs/experiment.md
 
 Curves: the real GPU snapshots in tests/curves/data (xz-compressed; importer
-workers.curves.snapshot), plus CPU estimates of catalog workloads for an H100-class target
-(workers.curves.estimate; skipped with --no-estimates). The executor is placement.device_sim
+zico_workloads.curves.snapshot), plus CPU estimates of catalog workloads for an H100-class target
+(zico_workloads.curves.estimate; skipped with --no-estimates). The executor is placement.device_sim
 with the contention model stated in the table's header (compute share per job, an input).
 """
 from __future__ import annotations
@@ -32,14 +32,14 @@ POINTS = 512  # curve steps kept per iteration (bin maxima: no peak is lost)
 
 def load_curves(estimates: bool) -> dict[str, MemoryCurve]:
     """Named curves: real snapshots first, then estimates of catalog workloads."""
-    from workers.curves.snapshot import snapshot_curve
+    from zico_workloads.curves.snapshot import snapshot_curve
 
     out = {}
     for name, f in [("lm-A (snapshot)", "lm-fullstep-a.pickle"), ("lm-B ctx128 (snapshot)", "lm-ctx128-fullstep-b.pickle")]:
         if (SNAPSHOTS / f"{f}.xz").exists():
             out[name] = resampled_curve(snapshot_curve(lzma.decompress((SNAPSHOTS / f"{f}.xz").read_bytes())), POINTS)
     if estimates:
-        from workers.curves.estimate import estimate_curve
+        from zico_workloads.curves.estimate import estimate_curve
 
         # synthetic data: the memory curve depends on shapes, not on the values
         for key, params in [("resnet50", {"batch_size": 32}), ("bert-base", {"batch_size": 8, "seq_len": 128}),

@@ -13,7 +13,8 @@ every job process draws on, and the watchdogs), registers the device (``worker_u
 (samples at 5 Hz, heartbeats every second). The worker process itself never initialises CUDA: each job's
 process does, after installing its allocator client (Note [Allocator before CUDA, and never in a forked
 child] in :mod:`workers.jobproc`).
-The worker never opens the database; settings are read only for Redis, host and directories.
+The worker never opens the database and never loads Django: its Celery app (:mod:`workers.celery_app`) and its
+settings (Redis, host, directories: :mod:`workers.env`) come from the environment.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--capacity", type=parse_bytes, default=None,
                    help="CPU pool capacity, e.g. 3GiB (required with --kind cpu)")
     p.add_argument("--budget", type=parse_bytes, default=None, help="initial budget in bytes (default: total)")
-    p.add_argument("--host", default=None, help="host name in queue names (default: settings.ZICO_HOST)")
+    p.add_argument("--host", default=None, help="host name in queue names (default: ZICO_HOST)")
     p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
     p.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM,
                    help="share of the budget the coordinator keeps free for the pool's overhead (default "
@@ -64,15 +65,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace):
-    from django.conf import settings
-
+    from . import env
     from .device import WorkerConfig
 
-    return WorkerConfig(kind=args.kind, host=args.host or settings.ZICO_HOST, index=args.index if args.kind == "gpu"
+    return WorkerConfig(kind=args.kind, host=args.host or env.host(), index=args.index if args.kind == "gpu"
                         else 0, slots=args.slots, capacity_bytes=args.capacity, budget_bytes=args.budget,
-                        redis_url=settings.REDIS_URL, checkpoint_dir=settings.ZICO_CHECKPOINT_DIR,
-                        data_dir=settings.ZICO_DATA_DIR, checkpoint_every_s=args.checkpoint_every,
-                        gate_headroom=args.gate_headroom, var_dir=settings.VAR_DIR)
+                        redis_url=env.redis_url(), checkpoint_dir=env.checkpoint_dir(),
+                        data_dir=env.data_dir(), checkpoint_every_s=args.checkpoint_every,
+                        gate_headroom=args.gate_headroom, var_dir=env.var_dir())
 
 
 FORKING_POOL_MESSAGE = ("a Zico device worker runs Celery's threads pool only (-P threads): its jobs draw on the "
@@ -168,14 +168,17 @@ def _connect_signals() -> None:
 def main(argv: list[str] | None = None) -> None:
     global _config
     args = parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.settings")
-    import django
+    from zico_contracts.queues import device_queue
 
-    django.setup()  # settings and logging only; a device worker never queries the database
-    from zico.celery import app
-    from zico.queues import device_queue
+    from . import env
+    from .celery_app import make_app
 
-    from . import tasks  # noqa: F401  (registers zico.device.*)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=env.log_level())
+    try:
+        app = make_app()
+    except ValueError as exc:
+        raise SystemExit(f"refusing to start: {exc}") from None
+    from . import tasks  # noqa: F401  (registers zico.device.* on the app)
     from .celery_fixes import patch_kombu_redis_collected_channel
 
     patch_kombu_redis_collected_channel()  # Note [Celery worker dies when Redis restarts]

@@ -71,8 +71,8 @@ def check_inputs(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", it
     Job keys and params go through the catalog's own validation (``validate_params``); a per-job
     ``iterations`` param is refused (``--iterations`` applies to every job). Whether a CUDA device is
     visible is left to ``run`` (asking torch here could initialise CUDA before the allocator installs)."""
-    from workers.workloads.catalog import ParamsError, UnknownWorkload, validate_params
-    from workers.workloads.corpus import DEFAULT_CORPUS
+    from zico_workloads.catalog import ParamsError, UnknownWorkload, validate_params
+    from zico_workloads.corpus import DEFAULT_CORPUS
 
     if not jobs:
         raise UsageError("give at least one --job")
@@ -165,7 +165,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     import torch
     import zico_allocator as za
     from placement.coordinator import Coordinator
-    from workers.workloads.catalog import ParamsError, UnknownWorkload
+    from zico_workloads.catalog import ParamsError, UnknownWorkload
 
     from zico_allocator.build import BuildError
 
@@ -353,7 +353,7 @@ def _known_failure(exc: BaseException) -> bool:
     printed as one line. Anything else is a bug and keeps its traceback."""
     kinds: list[type] = [ColocateError, OSError]
     try:
-        from workers.workloads.catalog import ParamsError, UnknownWorkload
+        from zico_workloads.catalog import ParamsError, UnknownWorkload
 
         kinds += [ParamsError, UnknownWorkload]
     except ImportError:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from placement.gating import DEFAULT_GATE_HEADROOM
-from zico.telemetry import keys
+from zico_contracts import keys
 
 from .link import Link
 from .nvml import DeviceInfo, cpu_info, gpu_info

@@ -136,7 +136,7 @@ class Control:
 
 
 class Progress:
-    """The catalog loop's marks (``workers.workloads.training.Marks``) sent to the agent.
+    """The catalog loop's marks (``zico_workloads.training.Marks``) sent to the agent.
 
     Note [Iterations from optimizer steps]
         An iteration ends where the optimizer steps: a global post-hook on every torch optimizer
@@ -256,9 +256,9 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from workers import checkpoints
-    from workers.workloads.catalog import validate_params
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
+    from zico_workloads.catalog import validate_params
+    from zico_workloads.models import preload_data
+    from zico_workloads.training import create_training_job
 
     job_id, device = spec["job"], spec["device"]
     control.send("hello", version=proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())

@@ -1,7 +1,7 @@
 """The device worker's link to the web side through Redis: lifecycle messages, samples, heartbeats, control keys.
 
 A device worker never touches the database (docs/architecture.md); everything it tells the web side goes through this
-class, with the names declared in :mod:`zico.telemetry.keys`.
+class, with the names declared in :mod:`zico_contracts.keys`.
 
 Note [Redis outages]
     Lifecycle messages (job started / finished, delays, curves) must not be lost, so :meth:`Link.emit` only
@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import redis
 
-from zico.telemetry import keys
+from zico_contracts import keys
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class Link:
 
     Args:
         redis_url: e.g. ``redis://127.0.0.1:6379/0``.
-        device: device key (:func:`zico.telemetry.keys.device_key`).
+        device: device key (:func:`zico_contracts.keys.device_key`).
         clock: seconds since the epoch (injectable for tests).
     """
 
@@ -53,9 +53,9 @@ class Link:
     # -- lifecycle messages (never lost while the process lives) ----------------------------
     def emit(self, msg_type: str, /, **fields: Any) -> None:
         """Queue a lifecycle message ``{"msg": msg_type, "t": ..., "device": ..., **fields}`` for the control
-        consumer. Raises ValueError on an unknown type (see ``zico.telemetry.keys.EVENT_KINDS``)."""
+        consumer. Raises ValueError on an unknown type (see ``zico_contracts.keys.EVENT_KINDS``)."""
         if msg_type not in keys.EVENT_KINDS:
-            raise ValueError(f"unknown control message type {msg_type!r} (see zico.telemetry.keys.EVENT_KINDS)")
+            raise ValueError(f"unknown control message type {msg_type!r} (see zico_contracts.keys.EVENT_KINDS)")
         msg = {"t": self.clock(), "device": self.device, **fields, "msg": msg_type}
         with self._lock:
             self._outbox.append(msg)

@@ -40,25 +40,16 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
     """Profile job ``job_id`` (``spec``: ``workload``, ``params``, optional ``warmup``/``steady``
     iteration counts and ``time_limit_s``) and send the curve. Returns the curve's summary, or
     ``{"error": ...}`` (also for a run stopped by its time limit or a cancel, Note [Profiling time limit]).
-    Raises ValueError for a malformed spec."""
+    Raises SpecError (a ValueError naming the field) for a malformed spec (zico_contracts.specs.ProfileSpec)."""
     from placement.curves import curve_from_dict, summary
-
-    from .agent import JobRun
-
-    if isinstance(job_id, bool) or not isinstance(job_id, int) or not isinstance(spec, dict):
-        raise ValueError(f"profile_job needs an int job id and a JSON object spec, got {job_id!r}, {spec!r}")
-    warmup, steady = int(spec.get("warmup", 1)), int(spec.get("steady", 3))
-    limit = spec.get("time_limit_s")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
-        raise ValueError(f"profile_job: time_limit_s must be a positive number of seconds, got {limit!r}")
-    from zico_contracts.codejob import CodeSpec, CodeSpecError
+    from zico_contracts.specs import ProfileSpec
 
     from . import usercode
+    from .agent import JobRun
 
-    try:
-        code = CodeSpec.from_spec(spec)  # a command job: its script is profiled (Note [Profiling a script])
-    except CodeSpecError as exc:
-        raise ValueError(f"profile_job: {exc}") from None
+    parsed = ProfileSpec.from_dict(job_id, spec)
+    warmup, steady, limit = parsed.warmup_iterations, parsed.steady_iterations, parsed.time_limit_s
+    code = parsed.code  # a command job: its script is profiled (Note [Profiling a script])
     profile_fields = {"warmup": warmup, "steady": steady, "time_limit_s": limit}
     t0 = time.monotonic()
     with _profile_lock:
@@ -117,7 +108,7 @@ def _script_curve(dirs, job_id: int, warmup: int, device: str, code) -> dict[str
 
     from placement.curves import CurveError
     from workers.curves.capture import allocator_records_to_trace
-    from workers.curves.trace import trace_curve
+    from zico_workloads.curves.trace import trace_curve
 
     from .scriptproc import PROFILE_TRACE
 

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from zico.telemetry import keys
+from zico_contracts import keys
 
 from .device import DeviceRuntime
 from .nvml import gpu_used_bytes, process_rss_bytes

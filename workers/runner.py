@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from . import checkpoints
 from .device import DeviceRuntime
@@ -27,85 +28,6 @@ from .gate import DelayTally
 log = logging.getLogger(__name__)
 
 DELAY_REASON = "coordinator gate (time shift)"
-
-
-class SpecError(ValueError):
-    """The run_job spec is malformed; the message names the field."""
-
-
-@dataclass
-class RunSpec:
-    """What the scheduler sends with ``zico.device.run_job`` (JSON).
-
-    Attributes:
-        job: job id.
-        workload: catalog key, e.g. ``"digits-cnn"``.
-        params: workload params (validated again here against the catalog schema).
-        placement: id of the placement this run belongs to (stale runs are aborted by the web side).
-        run_token: the placement's random ``run_token`` (a UUID string). With the placement id it names this
-            run across deployments: a done record carrying another token was left by an earlier database
-            (ids restart at 1) and does not stop this run. None when the sender does not set one.
-        curve: the job's memory curve (DESIGN contract) for the coordinator; None disables gating.
-        plan: the placement's sharing plan (``shifts_s`` per job id, ``budget_bytes``, ...).
-        job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
-            so a checkpoint left by an earlier database's job of the same id is not resumed
-            (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.
-        tenant: the job's tenant id. The agent's pool scrubs a chunk that moves to another tenant's job
-            (docs/allocator.md, Note: scrub); None (an older sender) counts as tenant 0.
-    """
-
-    job: int
-    workload: str
-    params: dict[str, Any]
-    placement: int | None = None
-    run_token: str | None = None
-    curve: dict[str, Any] | None = None
-    plan: dict[str, Any] = field(default_factory=dict)
-    job_created_at: str | None = None
-    tenant: int | None = None
-    code: Any = None  # zico_contracts.codejob.CodeSpec for a command job (a user's own script), else None
-
-    @classmethod
-    def parse(cls, job_id: Any, spec: Any) -> "RunSpec":
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
-            raise SpecError(f"job_id: expected a positive integer, got {job_id!r}")
-        if not isinstance(spec, dict):
-            raise SpecError(f"spec: expected a JSON object, got {type(spec).__name__}")
-        from zico_contracts.codejob import CodeSpec, CodeSpecError
-
-        try:
-            code = CodeSpec.from_spec(spec)  # None for a catalog job
-        except CodeSpecError as exc:
-            raise SpecError(str(exc)) from None
-        workload = spec.get("workload")
-        if not isinstance(workload, str) or (not workload and code is None):
-            raise SpecError("workload: missing or not a string")
-        params = spec.get("params") or {}
-        if not isinstance(params, dict):
-            raise SpecError("params: expected a JSON object")
-        placement = spec.get("placement", spec.get("placement_id"))
-        if placement is not None and (isinstance(placement, bool) or not isinstance(placement, int)):
-            raise SpecError(f"placement: expected an integer id, got {placement!r}")
-        run_token = _optional_text(spec, "run_token")
-        curve = spec.get("curve")
-        if curve is not None and not isinstance(curve, dict):
-            raise SpecError("curve: expected a memory curve object")
-        plan = spec.get("plan") or {}
-        if not isinstance(plan, dict):
-            raise SpecError("plan: expected a JSON object")
-        tenant = spec.get("tenant")
-        if tenant is not None and (isinstance(tenant, bool) or not isinstance(tenant, int) or tenant <= 0):
-            raise SpecError(f"tenant: expected a positive integer id, got {tenant!r}")
-        return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant, code)
-
-
-def _optional_text(spec: dict, key: str) -> str | None:
-    """``spec[key]``: None when absent, else a non-empty string; raises SpecError naming ``key``."""
-    value = spec.get(key)
-    if value is not None and (not isinstance(value, str) or not value):
-        raise SpecError(f"{key}: expected a non-empty string, got {value!r}")
-    return value
 
 
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:

@@ -8,7 +8,7 @@
 
 Tasks take ids and JSON only, are idempotent (a redelivered finished run returns its recorded outcome; a
 run of a stale placement is aborted by the web side) and delegate to plain functions. The web side sends
-them by name with ``queue=zico.queues.device_queue(kind, host, index)``; it never imports this module.
+them by name with ``queue=zico_contracts.queues.device_queue(kind, host, index)``; it never imports this module.
 """
 from __future__ import annotations
 
@@ -18,20 +18,24 @@ from typing import Any
 
 from celery import shared_task
 
+from zico_contracts import tasks as names
+
 from .device import runtime
 
 
-@shared_task(name="zico.device.run_job", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=names.RUN_JOB, acks_late=True, reject_on_worker_lost=True)
 def run_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
-    """Run job ``job_id`` as described by ``spec`` (see :class:`workers.runner.RunSpec`); returns the outcome.
+    """Run job ``job_id`` as described by ``spec`` (:class:`zico_contracts.specs.RunSpec`); returns the outcome.
 
     Raises SpecError (a ValueError) on a malformed spec; the job is then reported failed.
     """
-    from .runner import RunSpec, SpecError, run
+    from zico_contracts.specs import RunSpec, SpecError
+
+    from .runner import run
 
     rt = runtime()
     try:
-        parsed = RunSpec.parse(job_id, spec)
+        parsed = RunSpec.from_dict(job_id, spec)
     except SpecError as exc:
         if isinstance(job_id, int):
             rt.link.emit("job_finished", job=job_id, placement=(spec or {}).get("placement")
@@ -41,7 +45,7 @@ def run_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
     return run(rt, parsed)
 
 
-@shared_task(name="zico.device.profile_job", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=names.PROFILE_JOB, acks_late=True, reject_on_worker_lost=True)
 def profile_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
     """Profile job ``job_id`` on this device and send its memory curve (``profile_done``); returns a summary."""
     from .profiling import profile
@@ -49,7 +53,7 @@ def profile_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
     return profile(runtime(), job_id, spec)
 
 
-@shared_task(name="zico.device.describe")
+@shared_task(name=names.DESCRIBE)
 def describe() -> dict[str, Any]:
     """Facts about the worker process executing this task (JSON)."""
     import sys

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-PREFIX = "zico"  # as zico.telemetry.keys.PREFIX
+PREFIX = "zico"  # as zico_contracts.keys.PREFIX
 FIELDS = ("t", "stream", "line", "cut")
 STREAMS = ("stdout", "stderr", "system")
 STREAM_MAXLEN = 10_000  # lines kept in Redis (approximate trimming: a few more may stay)

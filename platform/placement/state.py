@@ -107,7 +107,7 @@ class Device:
         budget_bytes: most bytes its jobs may hold together (the device memory less a reserve,
             or an operator's budget).
         running: jobs placed on it and not yet finished.
-        kind, host, index: where its Celery queue is (``zico.queues.device_queue``).
+        kind, host, index: where its Celery queue is (``zico_contracts.queues.device_queue``).
         group_share: share of the budget its worker's coordinator gates a group with
             (``1 - gate_headroom``, from the worker's registration), in (0, 1]; None: the policy's
             default.

@@ -1,6 +1,6 @@
 """The one Celery app, configured from Django settings (``CELERY_`` namespace).
 
-Queues and routes are declared in :mod:`zico.queues`. Start a control worker with
+Queues and routes are declared in :mod:`zico_contracts.queues`. Start a control worker with
 ``celery -A zico worker -Q control``; GPU/CPU device workers are started by
 ``workers`` (see README).
 """
@@ -14,7 +14,7 @@ app = Celery("zico")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-from .queues import CONTROL_QUEUE, TASK_ROUTES  # noqa: E402
+from zico_contracts.queues import CONTROL_QUEUE, TASK_ROUTES  # noqa: E402
 
 app.conf.task_routes = TASK_ROUTES
 app.conf.task_default_queue = CONTROL_QUEUE

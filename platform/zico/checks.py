@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from zico.queues import cpu_queue
+from zico_contracts.queues import cpu_queue
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 

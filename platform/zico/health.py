@@ -12,8 +12,10 @@ from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 
+from zico_contracts.tasks import HEALTH
 
-@shared_task(name="zico.control.health", ignore_result=False)
+
+@shared_task(name=HEALTH, ignore_result=False)
 def health(nonce: str = "") -> dict:
     """Echo ``nonce`` with the answering worker's host, pid and wall-clock time (s since epoch)."""
     return {"ok": True, "nonce": nonce, "host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}

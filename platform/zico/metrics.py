@@ -4,7 +4,7 @@ A custom collector (prometheus-client) builds every family per scrape, so gunico
 processes all answer the same numbers without a shared multiprocess directory. Sources:
 
 - devices: total and budget bytes (``Device``), last heartbeat (``Device.last_heartbeat``) and whether
-  the worker's heartbeat key is alive in Redis (``zico.telemetry.keys.heartbeat_key``);
+  the worker's heartbeat key is alive in Redis (``zico_contracts.keys.heartbeat_key``);
 - reserved / allocated bytes per device and allocated bytes per running job: the newest stored
   timeline point (the control consumer keeps at most one per second, so these lag by <= ~1 s);
 - delays imposed, placements opened, OOMs prevented: counts of ``Event`` rows (monotonic, as counters);
@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.transitions import ALL_STATUSES, JobStatus
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 
 WAITING = (JobStatus.QUEUED, JobStatus.PROFILING, JobStatus.READY)

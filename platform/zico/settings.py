@@ -45,7 +45,7 @@ VAR_DIR = Path(env.str("ZICO_VAR_DIR", default=str(BASE_DIR / "var")))
 ZICO_DATA_DIR = Path(env.str("ZICO_DATA_DIR", default=str(VAR_DIR / "data")))
 # Where running jobs write checkpoints so that a job whose worker was lost resumes on requeue.
 ZICO_CHECKPOINT_DIR = Path(env.str("ZICO_CHECKPOINT_DIR", default=str(VAR_DIR / "checkpoints")))
-# Where CPU estimates of memory curves are kept (workers.curves.estimate_cache): written by ``manage.py curve
+# Where CPU estimates of memory curves are kept (zico_workloads.curves.estimate_cache): written by ``manage.py curve
 # estimate`` and the scheduler's background estimates, read by the submission check (zico.jobs.known).
 ZICO_ESTIMATE_CACHE_DIR = Path(env.str("ZICO_ESTIMATE_CACHE_DIR", default=str(VAR_DIR / "cache" / "estimates")))
 # Bearer token that lets a Prometheus server scrape /metrics without a staff session (empty: staff only).

@@ -132,7 +132,7 @@ def main() -> int:
                                  str(args.seconds + 60)], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
     time.sleep(2.0)
-    from zico.telemetry import keys
+    from zico_contracts import keys
     from zico.telemetry.models import TimelinePoint
 
     stop, sent = threading.Event(), [0]

@@ -15,7 +15,7 @@ from zico.jobs.models import Job, JobLog
 from zico.jobs.outputs import archive_log
 from zico.jobs.submission import submit_job
 from zico.jobs.testing import project
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog
 

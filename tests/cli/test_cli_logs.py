@@ -10,7 +10,7 @@ from zico.jobs.code import store_archive
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
 from zico.jobs.testing import project
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog
 

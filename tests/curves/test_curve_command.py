@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from placement.curves import load_curve
-from workers.curves.snapshot import snapshot_curve
+from zico_workloads.curves.snapshot import snapshot_curve
 
 
 def run(*args):
@@ -55,6 +55,17 @@ def test_a_cuda_estimate_is_answered_from_the_cache_the_second_time_unless_no_ca
     assert [line for line in first.splitlines() if line.startswith(("peak", "persistent", "iteration "))] == \
         [line for line in second.splitlines() if line.startswith(("peak", "persistent", "iteration "))]
     assert len(list((tmp_path / "var" / "cache" / "estimates").glob("*.json"))) == 1
+
+
+def test_profile_runs_the_worker_side_in_a_child_process_and_summarises_its_curve(settings, tmp_path):
+    # manage.py never imports workers: the run is ``python -m workers.curves profile``, its curve read back
+    settings.ZICO_DATA_DIR = tmp_path
+    out, err = StringIO(), StringIO()
+    call_command("curve", "profile", "digits-cnn", "-p", "batch_size=8", "--steady", "2", "--json", "-",
+                 stdout=out, stderr=err)
+    assert "source      allocator-trace (cpu)" in err.getvalue()
+    body = json.loads(out.getvalue())
+    assert body["source"] == "allocator-trace" and body["peak_bytes"] > body["persistent_bytes"] > 0
 
 
 def test_list_shows_every_workload():

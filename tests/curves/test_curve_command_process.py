@@ -24,7 +24,7 @@ def test_an_estimate_writes_its_whole_json_and_exits_zero_without_loading_the_ap
     curve = json.loads(done.stdout)  # the summary went to stderr, the JSON (flushed before the exit) to stdout
     assert curve["source"] == "estimate" and curve["device"] == "cuda:0" and curve["peak_bytes"] > 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "workers.curves.estimate" in imported  # the importtime lines are there to read
+    assert "zico_workloads.curves.estimate" in imported  # the importtime lines are there to read
     assert not {"zico.jobs.models", "zico.cluster.models", "django.contrib.admin", "psycopg"} & imported
     again = manage("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0", tmp_path=tmp_path)
     assert again.returncode == 0 and "cache       hit" in again.stdout
@@ -32,7 +32,7 @@ def test_an_estimate_writes_its_whole_json_and_exits_zero_without_loading_the_ap
     entry.write_text('{"inputs": ')  # corrupt: recomputed, and the settings' logging says so on stderr
     logged = manage("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0", tmp_path=tmp_path)
     assert logged.returncode == 0 and "cache       hit" not in logged.stdout
-    assert "WARNING workers.curves.estimate_cache: estimate cache" in logged.stderr
+    assert "WARNING zico_workloads.curves.estimate_cache: estimate cache" in logged.stderr
 
 
 def test_a_command_error_is_printed_and_exits_one(tmp_path):

@@ -5,9 +5,9 @@ import resource
 import pytest
 import torch
 
-from workers.curves.estimate import Correction, estimate_curve, round_up
-from workers.workloads import data
-from workers.workloads.models import DigitsCNN
+from zico_workloads.curves.estimate import Correction, estimate_curve, round_up
+from zico_workloads import data
+from zico_workloads.models import DigitsCNN
 
 
 def param_bytes(model, copies):
@@ -58,7 +58,7 @@ def test_a_correction_scales_and_offsets_the_estimate(tmp_path):
 def test_a_workloads_registered_correction_applies_to_its_device_type(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from workers.workloads import catalog
+    from zico_workloads import catalog
 
     plain = estimate_curve("digits-cnn", {"batch_size": 8}, "cpu", tmp_path, steady=1)
     corrected = replace(catalog.get_workload("digits-cnn"),
@@ -81,7 +81,7 @@ def test_a_cuda_target_does_not_store_attention_scores_as_the_cpu_math_kernel_do
 
 
 def test_a_cuda_target_holds_one_cublas_workspace_per_thread_that_runs_matmuls(tmp_path):
-    from workers.curves.costs import HOPPER_BLAS_WORKSPACE_BYTES
+    from zico_workloads.curves.costs import HOPPER_BLAS_WORKSPACE_BYTES
 
     params = {"batch_size": 2, "seq_len": 64, "data": "synthetic"}
     cpu = estimate_curve("tiny-lm", params, "cpu", tmp_path, steady=1)

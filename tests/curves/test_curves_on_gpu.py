@@ -9,9 +9,9 @@ def test_a_fresh_cuda_snapshot_imports_to_the_peak_torch_reports(tmp_path):
     import torch
 
     from workers.curves.compare import compare
-    from workers.curves.estimate import estimate_curve
-    from workers.curves.snapshot import snapshot_curve
-    from workers.workloads.training import create_training_job
+    from zico_workloads.curves.estimate import estimate_curve
+    from zico_workloads.curves.snapshot import snapshot_curve
+    from zico_workloads.training import create_training_job
 
     params = {"batch_size": 16, "image_size": 64}
     job = create_training_job("resnet18", params, device="cuda:0", data_dir=tmp_path)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.curves import estimate_cache
-from workers.curves.estimate import estimate_curve
-from workers.curves.estimate_cache import cache_inputs, cached_estimate, entry_path
+from zico_workloads.curves import estimate_cache
+from zico_workloads.curves.estimate import estimate_curve
+from zico_workloads.curves.estimate_cache import cache_inputs, cached_estimate, entry_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"batch_size": 8}
@@ -42,7 +42,7 @@ def test_a_hit_imports_neither_torch_nor_transformers(tmp_path):
     cache = tmp_path / "cache"
     expected = cached_estimate("digits-cnn", PARAMS, "cuda:0", tmp_path, cache, **ITER)
     code = ("import sys, json\n"
-            "from workers.curves.estimate_cache import cached_estimate\n"
+            "from zico_workloads.curves.estimate_cache import cached_estimate\n"
             f"c = cached_estimate('digits-cnn', {PARAMS!r}, 'cuda:0', {str(tmp_path)!r}, {str(cache)!r},"
             " warmup=1, steady=2, timing='measured')\n"
             "print(json.dumps([c.peak_bytes, c.persistent_bytes, c.meta['cache'][:3],"

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from workers.curves.costs import DeviceCost, measured_cpu_cost
-from workers.curves.estimate import estimate_curve
-from workers.curves.op_timing import MeasuredOpCost, _real_like
+from zico_workloads.curves.costs import DeviceCost, measured_cpu_cost
+from zico_workloads.curves.estimate import estimate_curve
+from zico_workloads.curves.op_timing import MeasuredOpCost, _real_like
 
 aten = torch.ops.aten
 # A cost model whose roofline cannot be mistaken for a measurement: 1 s of overhead per operator.
@@ -107,7 +107,7 @@ def test_dropping_the_autograd_graph_ends_the_estimates_iteration_after_its_mode
 
 
 def test_metadata_queries_of_fake_tensors_cost_no_time():
-    from workers.curves.estimate import MemoryRecorder
+    from zico_workloads.curves.estimate import MemoryRecorder
 
     recorder = MemoryRecorder(SLOW_ROOFLINE)
     with FakeTensorMode(), recorder:
@@ -121,7 +121,7 @@ def test_metadata_queries_of_fake_tensors_cost_no_time():
 
 
 def test_an_estimate_leaves_torchs_random_state_alone_even_when_it_calibrates(tmp_path):
-    from workers.curves import costs
+    from zico_workloads.curves import costs
 
     costs._measured_cpu_cost.cache_clear()  # the first estimate in a process measures the machine
     state = torch.get_rng_state()

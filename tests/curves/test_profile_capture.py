@@ -5,9 +5,9 @@ import pytest
 
 import zico_allocator as za
 from workers.curves.capture import allocator_records_to_trace, profile_curve
-from workers.curves.estimate import estimate_curve, round_up
-from workers.curves.trace import trace_curve
-from workers.workloads.models import DigitsCNN
+from zico_workloads.curves.estimate import estimate_curve, round_up
+from zico_workloads.curves.trace import trace_curve
+from zico_workloads.models import DigitsCNN
 
 MiB = 1 << 20
 

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from workers.curves.snapshot import SnapshotError, live_bytes, load_snapshot, snapshot_curve
+from zico_workloads.curves.snapshot import SnapshotError, live_bytes, load_snapshot, snapshot_curve
 
 MiB = 1 << 20
 
@@ -203,7 +203,7 @@ def test_a_repeating_trace_is_cut_to_one_period():
 def test_period_search_gives_up_after_its_comparison_budget():
     import numpy as np
 
-    from workers.curves.period import find_period
+    from zico_workloads.curves.period import find_period
 
     period = np.array([4096] + [512, -512] * 40 + [-4096])  # 82 events, back to its level
     deltas = np.tile(period, 3)

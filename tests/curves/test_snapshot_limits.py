@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from workers.curves import pickle_guard
-from workers.curves.pickle_guard import PickleRefused, check_pickle
-from workers.curves.snapshot import MAX_BLOCKS, MAX_EVENTS, MAX_FILE_BYTES, SnapshotError, snapshot_curve
+from zico_workloads.curves import pickle_guard
+from zico_workloads.curves.pickle_guard import PickleRefused, check_pickle
+from zico_workloads.curves.snapshot import MAX_BLOCKS, MAX_EVENTS, MAX_FILE_BYTES, SnapshotError, snapshot_curve
 
 MiB = 1 << 20
 A = 0x100000  # the one segment's address
@@ -68,7 +68,7 @@ CHILD = """
 import json, resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
-from workers.curves.snapshot import SnapshotError, snapshot_curve
+from zico_workloads.curves.snapshot import SnapshotError, snapshot_curve
 try:
     snapshot_curve(sys.argv[1])
     rc, message = 0, "imported"

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from placement.curves import CurveError
-from workers.curves.trace import iteration_windows, records_to_trace, trace_curve
+from zico_workloads.curves.trace import iteration_windows, records_to_trace, trace_curve
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zico.celery import app
-from zico.queues import cpu_queue, device_queue, gpu_queue
+from zico_contracts.queues import cpu_queue, device_queue, gpu_queue
 
 REPO = Path(__file__).resolve().parents[2]
 

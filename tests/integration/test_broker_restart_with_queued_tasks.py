@@ -7,7 +7,7 @@ import time
 import pytest
 import redis
 
-from workers.curves.estimate import estimate_curve
+from zico_workloads.curves.estimate import estimate_curve
 from workers.testing import stop_process
 from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job, MemoryProfile

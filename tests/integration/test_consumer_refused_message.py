@@ -8,7 +8,7 @@ import redis
 
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ from celery import Celery
 from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
-from zico.queues import cpu_queue
+from zico_contracts.queues import cpu_queue
 from zico.telemetry.models import TelemetryGap, TimelinePoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -16,7 +16,7 @@ from workers.testing import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
-from zico.queues import cpu_queue
+from zico_contracts.queues import cpu_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from zico.cluster.models import Device, Node
 from zico.jobs.models import Event, Job
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 from zico.tenants.testing import make_personas
 

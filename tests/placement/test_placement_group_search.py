@@ -52,7 +52,7 @@ def test_identical_triangular_curves_get_within_1_percent_of_the_brute_force_opt
 def real_curve(name):
     """A catalog estimate (``resnet50``, ...) or a real snapshot (``lm-fullstep-a``, ...) on 512 steps."""
     if name.startswith("lm-"):
-        from workers.curves.snapshot import snapshot_curve
+        from zico_workloads.curves.snapshot import snapshot_curve
 
         raw = lzma.decompress((SNAPSHOTS / f"{name}.pickle.xz").read_bytes())
         return resampled_curve(snapshot_curve(raw), 512)

@@ -18,7 +18,7 @@ from zico.jobs import known
 from zico.jobs.models import Job
 from zico.scheduling.estimates import BackgroundEstimates
 from zico.scheduling.service import Scheduler
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.tenants.models import Role
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +54,7 @@ def cache(estimated, settings):
 
 @pytest.fixture
 def full():
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     return lambda params: validate_params("digits-cnn", params)
 

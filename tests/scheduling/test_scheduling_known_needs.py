@@ -12,7 +12,7 @@ from workers.link import Link
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.scheduling.service import Scheduler
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.tenants.models import Role
 
@@ -70,7 +70,7 @@ def submit(tenant):
 
 
 def _full(params):
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     return validate_params("digits-cnn", params)
 

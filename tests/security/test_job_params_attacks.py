@@ -7,8 +7,8 @@ import pytest
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from workers.workloads.catalog import ParamsError, validate_params
-from workers.workloads.models import build_tiny_lm
+from zico_workloads.catalog import ParamsError, validate_params
+from zico_workloads.models import build_tiny_lm
 from zico.jobs.models import Event, Job
 
 
@@ -72,7 +72,7 @@ def test_a_corpus_path_out_of_the_data_dir_is_refused_and_nothing_stored(owner, 
 
 @pytest.mark.parametrize("workload, params, field", [
     ("os:system", {}, "workload"),
-    ("workers.workloads.models:build_tiny_lm", {}, "workload"),  # a builder path is not a catalog key
+    ("zico_workloads.models:build_tiny_lm", {}, "workload"),  # a builder path is not a catalog key
     ("builtins:eval", {}, "workload"),
     ("tiny-lm", {"builder": "os:system"}, "params"),
     ("tiny-lm", {"__class__": "subprocess:Popen"}, "params"),
@@ -93,7 +93,7 @@ def test_params_cannot_name_code(owner, data_dir, workload, params, field):
 def test_an_accepted_job_stores_only_schema_keys_and_never_a_builder(owner, data_dir):
     r = submit(owner, corpus="corpus/ok.txt", iterations=2)
     job = Job.objects.get(pk=r.json()["id"])
-    from workers.workloads.catalog import get_workload
+    from zico_workloads.catalog import get_workload
 
     assert set(job.params) <= set(get_workload("tiny-lm").param_schema["properties"])
     assert "builder" not in r.content.decode() and ":build_" not in r.content.decode()

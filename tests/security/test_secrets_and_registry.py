@@ -5,7 +5,7 @@ from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from workers.workloads.catalog import list_workloads
+from zico_workloads.catalog import list_workloads
 
 
 def rows_containing(text: str) -> dict[str, int]:

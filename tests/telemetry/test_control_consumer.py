@@ -12,7 +12,7 @@ from workers.link import Link
 from zico.cluster.models import Device
 from zico.jobs.models import Event, Job
 from zico.jobs.transitions import transition_many
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.telemetry.models import TelemetryGap, TimelinePoint, prune
 

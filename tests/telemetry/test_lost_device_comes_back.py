@@ -8,7 +8,7 @@ import pytest
 
 from workers.link import Link
 from zico.cluster.models import Device, Node
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)

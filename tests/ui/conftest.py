@@ -19,7 +19,7 @@ from django.test import Client
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 from zico.tenants.testing import make_personas
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.web import live
 
 

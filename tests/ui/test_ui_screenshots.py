@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 
 GIB = 1 << 30

@@ -1,7 +1,7 @@
 """The submit form: generated from the workload's parameter schema, inline errors, nothing stored on error."""
 import pytest
 
-from workers.workloads.catalog import get_workload
+from zico_workloads.catalog import get_workload
 from zico.jobs.models import Event, Job
 
 pytestmark = pytest.mark.django_db

@@ -19,7 +19,7 @@ import threading
 import time
 
 from workers import jobproc
-from workers.workloads import training
+from zico_workloads import training
 
 FAULT_AT = 2
 GREEDY_STEP_BYTES = 12 << 20

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from workers import checkpoints
-from workers.workloads.training import create_training_job
+from zico_workloads.training import create_training_job
 
 
 @pytest.fixture

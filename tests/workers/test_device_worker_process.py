@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 from workers.testing import RedisServer, start_worker, stop_process
-from zico.telemetry import keys
+from zico_contracts import keys
 
 HOST = f"wt{uuid.uuid4().hex[:6]}"
 QUEUE = f"cpu.{HOST}"

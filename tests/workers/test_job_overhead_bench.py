@@ -62,7 +62,7 @@ def test_the_benchmark_runs_its_three_arms_on_cpu_and_prints_ratios_measured_in_
 def test_gpu_check_runs_the_benchmark_on_cuda_with_resnet50_and_gpt2_small(tmp_path):
     from workers.bench.job_overhead import parse_args
     from workers.colocate import parse_job
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     script = (REPO / "scripts" / "gpu-check.sh").read_text()
     assert subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu-check.sh")]).returncode == 0

@@ -7,7 +7,7 @@ import redis
 
 from workers.link import Link
 from workers.testing import RedisServer
-from zico.telemetry import keys
+from zico_contracts import keys
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 ("True is not of type 'integer'")."""
 import pytest
 
-from workers.workloads.catalog import ParamsError, validate_params
+from zico_workloads.catalog import ParamsError, validate_params
 
 
 @pytest.mark.parametrize("params, field, message", [

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from workers.workloads.catalog import ParamsError, get_workload
-from workers.workloads.training import create_training_job
+from zico_workloads.catalog import ParamsError, get_workload
+from zico_workloads.training import create_training_job
 
 
 class RecordingMarks:
@@ -108,7 +108,7 @@ def test_building_a_job_is_seeded_and_leaves_the_global_rng_alone(tmp_path):
 def test_digits_images_are_scikit_learns_load_digits_read_without_importing_it():
     from sklearn.datasets import load_digits
 
-    from workers.workloads.data import _digits_arrays
+    from zico_workloads.data import _digits_arrays
 
     images, target = _digits_arrays()
     d = load_digits()

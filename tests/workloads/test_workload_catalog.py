@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from workers.workloads.catalog import (
+from zico_workloads.catalog import (
     ParamsError,
     UnknownWorkload,
     Workload,
@@ -86,7 +86,7 @@ def test_corpus_must_exist_under_the_data_dir(tmp_path):
 
 def test_admins_register_workloads_through_entry_points(tmp_path, monkeypatch):
     (tmp_path / "zico_plugin_demo.py").write_text(textwrap.dedent("""
-        from workers.workloads.catalog import Workload
+        from zico_workloads.catalog import Workload
         def make():
             return Workload("demo-mlp", "Demo MLP", "image-classification",
                             {"type": "object", "properties": {"batch_size": {"type": "integer"}},

@@ -63,9 +63,9 @@ def _rounds(job, commands: "queue.Queue[int | None]", before=lambda i: None, mar
 
 def run_plain(spec: dict[str, Any], commands) -> None:
     """Arm B: no allocator of ours anywhere in this process."""
-    from workers.workloads.catalog import validate_params
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
+    from zico_workloads.catalog import validate_params
+    from zico_workloads.models import preload_data
+    from zico_workloads.training import create_training_job
 
     preload_data(validate_params(spec["workload"], spec["params"]), spec.get("data_dir"))
     job = create_training_job(spec["workload"], spec["params"], device=spec["device"], data_dir=spec.get("data_dir"))
@@ -112,9 +112,9 @@ def run_inprocess(spec: dict[str, Any], commands) -> None:
     from placement.coordinator import Coordinator
 
     from workers.gate import Gate
-    from workers.workloads.catalog import validate_params
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
+    from zico_workloads.catalog import validate_params
+    from zico_workloads.models import preload_data
+    from zico_workloads.training import create_training_job
 
     coordinator = Coordinator((1 - GATE_HEADROOM) * int(spec["budget_bytes"]))
     gate = Gate(SimpleNamespace(coordinator=coordinator, link=SimpleNamespace(stop_requested=lambda _j, _p: None)),

@@ -1,8 +1,10 @@
-"""Memory-curve sources for the workers side, all producing ``placement.curves.MemoryCurve``:
+"""Memory-curve work only a device worker can do, producing ``placement.curves.MemoryCurve``:
 
-- ``trace``: a short profiling run's allocator trace (plain records) -> curve;
-- ``estimate``: a CPU estimate with fake tensors (no real memory, no GPU);
-- ``snapshot``: import of a ``torch.cuda.memory._dump_snapshot`` pickle, loaded through
-  ``pickle_guard`` (an opcode pre-pass that bounds memory and time, then a restricted unpickler);
-  ``period`` finds a trace's repeating iteration.
+- ``capture``: a short profiling run of the real job through the Zico allocator, its trace turned into the curve
+  (``python -m workers.curves profile``, which ``manage.py curve profile`` runs as a child process);
+- ``accuracy``: profiled and estimated curves compared on this machine (docs/curve-accuracy.md);
+- ``compare``: the comparison tools.
+
+The curve sources the web side uses too (the CPU estimate and its cache, the snapshot import, the trace -> curve
+step) live in :mod:`zico_workloads.curves`.
 """

@@ -40,8 +40,8 @@ def run(threads: int, data_dir: str, steady: int = 3, device: str = "cpu") -> tu
     from placement.curves import max_relative_error
     from workers.curves.capture import profile_trace
     from workers.curves.compare import compare, max_error_binned, max_error_within_shift
-    from workers.curves.estimate import estimate_curve
-    from workers.curves.trace import steady_iteration_curves, trace_curve
+    from zico_workloads.curves.estimate import estimate_curve
+    from zico_workloads.curves.trace import steady_iteration_curves, trace_curve
 
     torch.set_num_threads(threads)
     rows = []

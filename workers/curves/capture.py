@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from placement.curves import CurveError, MemoryCurve
-from workers.curves.trace import Trace, check_iterations, trace_curve
+from zico_workloads.curves.trace import Trace, check_iterations, trace_curve
 
 PHASE_MARKS = ("forward", "backward", "optimizer")
 _job_ids = itertools.count(900_000)  # profiling job ids, apart from the scheduler's job ids
@@ -86,8 +86,8 @@ def profile_trace(key: str, params: dict[str, Any] | None = None, device: str = 
     import torch
     import zico_allocator as za
 
-    from workers.workloads.models import preload_data
-    from workers.workloads.training import create_training_job
+    from zico_workloads.models import preload_data
+    from zico_workloads.training import create_training_job
 
     target = torch.device(device)
     if target.type == "cuda":
@@ -152,6 +152,6 @@ def profile_curve(key: str, params: dict[str, Any] | None = None, device: str = 
 
 
 def job_params(key: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    from workers.workloads.catalog import validate_params
+    from zico_workloads.catalog import validate_params
 
     return validate_params(key, params)

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 
 class WorkloadSerializer(serializers.Serializer):
-    """One entry of the catalog (``workers.workloads.catalog.Workload.to_dict``); documents the list's shape."""
+    """One entry of the catalog (``zico_workloads.catalog.Workload.to_dict``); documents the list's shape."""
 
     key = serializers.CharField(help_text="catalog key; the ``workload`` of a job")
     title = serializers.CharField()
@@ -21,7 +21,7 @@ class WorkloadSerializer(serializers.Serializer):
 @extend_schema(responses={200: WorkloadSerializer(many=True)})
 @api_view(["GET"])
 def workload_list(request):
-    """Every workload of ``workers.workloads.catalog`` (built-ins and admin-registered plugins), as a list."""
-    from workers.workloads.catalog import list_workloads
+    """Every workload of ``zico_workloads.catalog`` (built-ins and admin-registered plugins), as a list."""
+    from zico_workloads.catalog import list_workloads
 
     return Response([w.to_dict() for w in list_workloads()])

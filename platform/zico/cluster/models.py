@@ -13,7 +13,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget
-from zico.queues import device_queue
+from zico_contracts.queues import device_queue
 
 # Note [Budget floor]
 #     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
@@ -126,7 +126,7 @@ class Device(models.Model):
 
     @property
     def queue(self) -> str:
-        """The Celery queue of the worker owning this device (zico.queues.device_queue)."""
+        """The Celery queue of the worker owning this device (zico_contracts.queues.device_queue)."""
         return device_queue(self.kind, self.node.host, self.index)
 
     @transaction.atomic
@@ -428,17 +428,19 @@ class Placement(models.Model):
         return self.ended_at is None
 
     def run_spec(self, job, curve: dict) -> dict:
-        """The JSON spec of ``zico.device.run_job`` for ``job`` in this placement (workers.runner.RunSpec):
+        """The JSON spec of ``zico.device.run_job`` for ``job`` in this placement (zico_contracts.specs.RunSpec):
         workload, params, placement id, ``run_token`` (str), the job's memory ``curve``, the ``plan`` and
         ``job_created_at`` (ISO 8601; names the job across deployments for its checkpoints), ``tenant`` (its id:
         the device's pool scrubs memory that moves between tenants); for a job with
-        code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...)."""
-        from zico.jobs.code import code_run_fields
+        code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...). Raises
+        zico_contracts.specs.SpecError naming the field when the spec would be refused by the worker."""
+        from zico.jobs.code import code_spec
+        from zico_contracts.specs import RunSpec
 
-        return {"workload": job.workload, "params": job.params or {}, "placement": self.pk,
-                "run_token": str(self.run_token), "curve": curve, "plan": self.plan,
-                "job_created_at": job.created_at.isoformat(), "tenant": job.tenant_id,
-                **code_run_fields(job)}
+        return RunSpec(job=job.pk, workload=job.workload, params=job.params or {}, placement=self.pk,
+                       run_token=str(self.run_token), curve=curve, plan=self.plan,
+                       job_created_at=job.created_at.isoformat(), tenant=job.tenant_id,
+                       code=code_spec(job)).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
         """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,

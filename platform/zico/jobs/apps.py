@@ -8,7 +8,7 @@ log = logging.getLogger(__name__)
 
 
 def ensure_builtin_data(sender, **kwargs) -> None:
-    """Write the built-in text corpus (workers.workloads.corpus) under the data directory if it is missing.
+    """Write the built-in text corpus (zico_workloads.corpus) under the data directory if it is missing.
 
     The LM workloads' default ``corpus`` parameter names it, and submissions are validated against the data
     directory, so a fresh deployment must have it before the first LM job is submitted. Idempotent and atomic;
@@ -16,7 +16,7 @@ def ensure_builtin_data(sender, **kwargs) -> None:
     """
     from django.conf import settings
 
-    from workers.workloads.corpus import ensure_corpus
+    from zico_workloads.corpus import ensure_corpus
 
     try:
         ensure_corpus(settings.ZICO_DATA_DIR)

@@ -131,14 +131,14 @@ def job_id_from_token(token: str) -> int:
     return int(value)
 
 
-def code_run_fields(job) -> dict:
-    """The run-spec fields of zico_contracts.codejob for ``job`` (a fresh job token each time), or {} for a
-    catalog job."""
+def code_spec(job) -> CodeSpec | None:
+    """The code fields of ``job``'s run and profile specs (a fresh job token each time), or None for a catalog
+    job."""
     if job.code_id is None:
-        return {}
+        return None
     archive, base = job.code, settings.ZICO_WORKER_API_URL
     return CodeSpec(code_url=base + reverse("worker-job-code", args=[job.pk]), code_sha256=archive.sha256,
                     code_format=archive.format, code_size_bytes=archive.size_bytes, command=list(job.command),
                     job_token=issue_job_token(job.pk), files_url=base + reverse("worker-job-files", args=[job.pk]),
                     env=dict(job.env or {}), code_limits=archive_limits().to_dict(),
-                    output_limits=output_limits()).to_spec()
+                    output_limits=output_limits())

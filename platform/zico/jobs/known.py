@@ -22,7 +22,7 @@ Note [Known memory needs]
        (they held part of it), and errors of the machine rather than the job (:data:`MACHINE_ERRORS`,
        CUDA driver errors).
     3. The stored CPU estimate of the workload for a CUDA target (fake tensors, docs/curves.md), read
-       from the estimate cache (workers.curves.estimate_cache: a hit reads one JSON file, no torch).
+       from the estimate cache (zico_workloads.curves.estimate_cache: a hit reads one JSON file, no torch).
        ``manage.py curve estimate`` and the scheduler's background estimates
        (zico.scheduling.estimates) write it. The estimate came within 5 % of real CUDA runs
        (docs/curves.md), so a job is refused only when even ``1 - ESTIMATE_TOLERANCE`` of it exceeds
@@ -177,8 +177,8 @@ def failure_sentence(failed: Job) -> str:
 def stored_estimate(workload: str, params: dict[str, Any]):
     """The stored CPU estimate of ``workload`` with ``params`` for :data:`ESTIMATE_DEVICE` (a MemoryCurve), or
     None: none stored, a workload the cache does not keep (one registered through entry points), or an
-    unreadable entry. Reads the cache only (workers.curves.estimate_cache); never estimates, never imports torch."""
-    from workers.curves.estimate_cache import stored_estimate as lookup
+    unreadable entry. Reads the cache only (zico_workloads.curves.estimate_cache); never estimates, never imports torch."""
+    from zico_workloads.curves.estimate_cache import stored_estimate as lookup
 
     try:
         return lookup(workload, params, ESTIMATE_DEVICE, settings.ZICO_DATA_DIR, settings.ZICO_ESTIMATE_CACHE_DIR)

@@ -136,12 +136,15 @@ class Job(models.Model):
         """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
         ``{"workload", "params", "time_limit_s", "tenant"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``
         and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants),
-        plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_run_fields)."""
-        from .code import code_run_fields
+        plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
+        zico_contracts.specs.ProfileSpec, the class the worker parses it with."""
+        from zico_contracts.specs import ProfileSpec
 
-        return {"workload": self.workload, "params": self.params or {},
-                "time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S), "tenant": self.tenant_id,
-                **code_run_fields(self)}
+        from .code import code_spec
+
+        return ProfileSpec(job=self.pk, workload=self.workload, params=self.params or {},
+                           time_limit_s=float(settings.ZICO_PROFILE_TIME_LIMIT_S), tenant=self.tenant_id,
+                           code=code_spec(self)).to_dict()
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()

@@ -42,7 +42,7 @@ def validate_spec(workload: str, params: dict[str, Any] | None) -> dict[str, Any
     Raises:
         JobSpecError: field ``workload`` (unknown key) or ``params.<name>`` (outside the schema).
     """
-    from workers.workloads.catalog import ParamsError, UnknownWorkload, get_workload, validate_params
+    from zico_workloads.catalog import ParamsError, UnknownWorkload, get_workload, validate_params
 
     try:
         get_workload(workload)
@@ -88,7 +88,7 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
 
     Args:
         tenant: the tenant that owns the job; ``owner`` must be a member with role member or higher.
-        workload: catalog key (``workers.workloads.catalog``); empty for a job with code.
+        workload: catalog key (``zico_workloads.catalog``); empty for a job with code.
         params: workload params; checked against the workload's JSON Schema, defaults filled in.
         code, command, env: a job with code (:func:`validate_code_job`); not with a workload.
         budget_bytes: the most bytes the job may hold; at least ``MIN_BUDGET_BYTES`` (64 MiB) and at

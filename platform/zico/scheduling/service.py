@@ -24,9 +24,9 @@ One round:
    placed job, to its device's queue) in one Redis pipeline;
 6. stores the waiting reasons that changed (Note [Waiting reasons] in zico.scheduling.waiting).
 
-Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
-``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
-``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}).
+Task arguments (zico_contracts.specs, the classes both sides use):
+``run_job(job_id, Placement.run_spec(...))`` (a ``RunSpec``) and
+``profile_job(job_id, Job.profile_spec())`` (a ``ProfileSpec``).
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ from zico.cluster.models import Device, Placement, Status
 from zico.jobs import known
 from zico.jobs.models import Job, MemoryProfile
 from zico.jobs.transitions import JobStatus, transition_many, try_transition
+from zico_contracts import tasks
 
 from . import waiting
 from .recovery import unsent_tasks
@@ -57,8 +58,8 @@ ROUND_LOCK_KEY = 0x7A69636F2D736368
 CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
 SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
 POLICIES = ("memory-aware", "fifo")  # names of make_policy (runscheduler --policy)
-RUN_TASK = "zico.device.run_job"
-PROFILE_TASK = "zico.device.profile_job"
+RUN_TASK = tasks.RUN_JOB
+PROFILE_TASK = tasks.PROFILE_JOB
 
 
 @dataclass
@@ -302,7 +303,7 @@ class Scheduler:
                                                          reason=f"refused by its estimate: {misfit[1]}"):
                     res.failed.append(job.pk)
                     if was == JobStatus.PROFILING:
-                        from zico.telemetry import keys
+                        from zico_contracts import keys
 
                         keys.request_cancel(_redis(), job.pk)
 

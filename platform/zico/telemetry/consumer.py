@@ -36,8 +36,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event
 from zico.jobs.transitions import JobStatus as S
+from zico_contracts import keys
 
-from . import handlers, keys
+from . import handlers
 from .downsample import Downsampler
 from .liveness import Liveness, fail_overdue_profiles
 from .models import prune

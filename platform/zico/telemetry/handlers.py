@@ -3,7 +3,7 @@
 Device workers never write the database (docs/architecture.md); these functions do it for them, one message at a time.
 Each handler is idempotent where a message may be seen twice (a consumer that dies before acking re-reads
 its pending messages), and refuses stale runs: a ``job_started`` for a placement that is no longer the job's
-active one gets that run aborted through Redis (see :func:`zico.telemetry.keys.abort_key`).
+active one gets that run aborted through Redis (see :func:`zico_contracts.keys.abort_key`).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.outputs import archive_log
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
+from zico_contracts import keys
 from zico_contracts.oom import readable_reason
 
-from . import keys
 from .downsample import Point
 from .models import MAX_POINTS_PER_METRIC, MetricPoint, TelemetryGap, TimelinePoint
 

@@ -29,8 +29,8 @@ from django.utils import timezone
 from zico.cluster.models import Device, Node, Status
 from zico.jobs.models import Job
 from zico.jobs.transitions import JobStatus as S, try_transition
+from zico_contracts import keys
 
-from . import keys
 from .handlers import declare_lost
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django import forms
 
-from workers.workloads.catalog import Workload, list_workloads
+from zico_workloads.catalog import Workload, list_workloads
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN
 
 GIB = 1 << 30

@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from workers.workloads.catalog import UnknownWorkload, get_workload, list_workloads
+from zico_workloads.catalog import UnknownWorkload, get_workload, list_workloads
 from zico.jobs.models import IllegalTransition, JobStatus
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import CANCELLABLE

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import redis
 from django.conf import settings
 
-from zico.telemetry import keys
+from zico_contracts import keys
 
 log = logging.getLogger(__name__)
 

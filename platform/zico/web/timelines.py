@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from django.db.models import BigIntegerField, ExpressionWrapper, F, Max, Value
 
 from zico.jobs.models import Event, Job
-from zico.telemetry import keys
+from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 
 from . import live
@@ -54,7 +54,7 @@ def parse_since_event(value: str | None) -> int:
 
 
 def device_key(device) -> str:
-    """The device's name in Redis (``gpu.node1.0``), from :func:`zico.telemetry.keys.device_key`."""
+    """The device's name in Redis (``gpu.node1.0``), from :func:`zico_contracts.keys.device_key`."""
     return keys.device_key(device.kind, device.node.host, device.index)
 
 

@@ -3,6 +3,7 @@
     manage.py curve list                                   # catalog workloads and their defaults
     manage.py curve estimate gpt2-small -p batch_size=8 -p seq_len=1024 --device cuda:0 --json out.json
     manage.py curve profile digits-cnn                     # real short run through the Zico allocator
+                                                           # (python -m workers.curves profile, a child process)
     manage.py curve import snapshot.pickle --json out.json --points 512
     manage.py curve show out.json
 
@@ -10,7 +11,7 @@ Every subcommand prints the curve's summary (peak, persistent and transient byte
 trace duration, phase fractions) and can write the curve as DESIGN-contract JSON (``--json PATH``,
 ``-`` for stdout), optionally resampled to ``--points N`` steps (bin maxima, so no peak is lost).
 A CUDA target's estimate is cached under ``ZICO_ESTIMATE_CACHE_DIR`` (default ``<ZICO_VAR_DIR>/cache/estimates``;
-keyed on everything it depends on: ``workers.curves.estimate_cache``); ``--no-cache`` recomputes it. The
+keyed on everything it depends on: ``zico_workloads.curves.estimate_cache``); ``--no-cache`` recomputes it. The
 submission check reads these entries (zico.jobs.known), so a job whose estimate fits no device is refused.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers.curves.trace import MAX_ITERATIONS
+from zico_workloads.curves.trace import MAX_ITERATIONS
 
 MAX_POINTS = 100_000  # more points than any scheduler or chart uses; bounds --points' memory
 
@@ -139,7 +140,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         from placement.curves import CurveError
 
-        from workers.workloads.catalog import ParamsError, UnknownWorkload
+        from zico_workloads.catalog import ParamsError, UnknownWorkload
 
         action = opts["action"]
         if action == "list":
@@ -182,14 +183,14 @@ class Command(BaseCommand):
 
     # -- actions --------------------------------------------------------------------------
     def _list(self) -> None:
-        from workers.workloads.catalog import list_workloads
+        from zico_workloads.catalog import list_workloads
 
         for w in list_workloads():
             defaults = ", ".join(f"{k}={v}" for k, v in w.defaults.items())
             self.stdout.write(f"{w.key:12s} {w.task:21s} {w.title}\n{'':34s}{defaults}")
 
     def _estimate(self, opts: dict[str, Any]):
-        from workers.curves.estimate_cache import cached_estimate
+        from zico_workloads.curves.estimate_cache import cached_estimate
 
         params = parse_params(opts["param"], opts["params_json"])
         return cached_estimate(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
@@ -198,25 +199,25 @@ class Command(BaseCommand):
                                refresh=opts["no_cache"])
 
     def _profile(self, opts: dict[str, Any]):
-        from workers.curves.capture import profile_curve
+        """The run is the device worker's code (``python -m workers.curves profile``), in a child process: the web
+        side never imports ``workers``. Its one-line error becomes the CommandError."""
+        import subprocess
+        import sys
 
-        import torch
-        import zico_allocator as za
+        from placement.curves import curve_from_dict
 
         params = parse_params(opts["param"], opts["params_json"])
-        try:
-            return profile_curve(opts["workload"], params, opts["device"], settings.ZICO_DATA_DIR,
-                                 warmup=opts["warmup"], steady=3 if opts["steady"] is None else opts["steady"])
-        except torch.OutOfMemoryError as exc:
-            raise CommandError(f"profile {opts['workload']} on {opts['device']}: out of memory: "
-                               f"{str(exc).splitlines()[0]}") from exc
-        except za.ZicoError as exc:
-            raise CommandError(f"profile on {opts['device']}: the Zico allocator cannot run there: {exc}") from exc
-        except RuntimeError as exc:  # e.g. torch: no CUDA device or driver
-            raise CommandError(f"profile on {opts['device']}: {str(exc).splitlines()[0]}") from exc
+        argv = [sys.executable, "-m", "workers.curves", "profile", opts["workload"], "--params-json",
+                json.dumps(params), "--device", opts["device"], "--data-dir", str(settings.ZICO_DATA_DIR),
+                "--warmup", str(opts["warmup"]), "--steady", str(3 if opts["steady"] is None else opts["steady"])]
+        proc = subprocess.run(argv, cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines() or [f"exited with status {proc.returncode}"]
+            raise CommandError(lines[-1])
+        return curve_from_dict(json.loads(proc.stdout))
 
     def _import(self, opts: dict[str, Any]):
-        from workers.curves.snapshot import snapshot_curve
+        from zico_workloads.curves.snapshot import snapshot_curve
 
         return snapshot_curve(opts["snapshot"], device=opts["device_index"], meta={"file": opts["snapshot"].name})
 

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import torch
 
-from workers.workloads.catalog import Workload, get_workload, validate_params
-from workers.workloads.models import WorkloadParts
+from zico_workloads.catalog import Workload, get_workload, validate_params
+from zico_workloads.models import WorkloadParts
 
 PHASES = ("forward", "backward", "optimizer")
 STATE_VERSION = 1

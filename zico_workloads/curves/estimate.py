@@ -5,7 +5,7 @@ The training job runs unchanged (same model, data and loop code) under PyTorch's
 top that sees every operator's outputs. Each new storage is an allocation of its ``nbytes``
 rounded up to the allocator's block size; a weakref finalizer records the free when the last
 tensor viewing the storage dies, exactly when a real allocator would get it back. Time is a
-modelled clock (:mod:`workers.curves.costs`), so the curve has the same time axis as a real
+modelled clock (:mod:`zico_workloads.curves.costs`), so the curve has the same time axis as a real
 trace. The records go through the same ``trace_curve`` as an allocator trace.
 
 Note [Estimate versus a CUDA run]
@@ -36,11 +36,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from placement.curves import MemoryCurve
-from workers.curves.costs import DeviceCost, cost_for, tensors_in
-from workers.curves.op_timing import MeasuredOpCost
-from workers.curves.trace import Trace, check_iterations, trace_curve
-from workers.workloads.catalog import validate_params
-from workers.workloads.training import TrainingJob, build_parts
+from zico_workloads.curves.costs import DeviceCost, cost_for, tensors_in
+from zico_workloads.curves.op_timing import MeasuredOpCost
+from zico_workloads.curves.trace import Trace, check_iterations, trace_curve
+from zico_workloads.catalog import validate_params
+from zico_workloads.training import TrainingJob, build_parts
 
 TIMINGS = ("measured", "roofline")  # a CPU target's clock (estimate_curve's ``timing``)
 
@@ -260,7 +260,7 @@ def estimate_curve(key: str, params: dict[str, Any] | None = None, device: str =
     ``timing`` sets a CPU target's clock: ``"measured"`` times each distinct operator call here
     (Note [Measured operator times]; closer to a real run on a quiet machine, but it follows the
     machine's load while it measures), ``"roofline"`` prices them by a few measured rates
-    (``workers.curves.costs``). A CUDA target always uses the roofline of its datasheet figures.
+    (``zico_workloads.curves.costs``). A CUDA target always uses the roofline of its datasheet figures.
 
     Raises:
         UnknownWorkload, ParamsError: bad key or params.

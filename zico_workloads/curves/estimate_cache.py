@@ -10,7 +10,7 @@ deterministic and its clock is the datasheet roofline (``costs.CUDA_COST``), not
 So an entry is keyed (SHA-256) on all of them: the workload key and its validated params
 (defaults filled in), the device string, ``warmup``, ``steady`` and ``timing``; the Python version
 and the installed versions of torch, transformers and numpy (the dispatched operators, the model
-code, the arithmetic); the bytes of every source file of ``workers.curves``, ``workers.workloads`` and
+code, the arithmetic); the bytes of every source file of ``zico_workloads``, ``zico_workloads.curves`` and
 ``placement.curves`` (the recorder, cost model, catalog, builders, data and trace code); and, for a
 text workload on real data, the corpus file's size and modification time (taken again after the
 run, which writes the default corpus when it is missing; a run that fails writes no entry). Any
@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from placement.curves import CurveError, MemoryCurve
-from workers.workloads.catalog import get_workload, validate_params
+from zico_workloads.catalog import get_workload, validate_params
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-_HASHED_PACKAGES = ("workers.curves", "workers.workloads")
+_HASHED_PACKAGES = ("zico_workloads", "zico_workloads.curves")
 _HASHED_MODULES = ("placement.curves",)
 _VERSIONED = ("torch", "transformers", "numpy")
 
@@ -50,7 +50,7 @@ def cacheable(key: str, device: str) -> bool:
     """Whether the estimate of ``key`` on ``device`` is deterministic enough to cache (see Note
     [What the estimate cache keys on]): a CUDA target and a built-in workload."""
     return isinstance(device, str) and device.startswith("cuda") and get_workload(key).builder.startswith(
-        "workers.workloads.")
+        "zico_workloads.")
 
 
 def _source_files() -> list[Path]:
@@ -177,7 +177,7 @@ def cached_estimate(key: str, params: dict[str, Any] | None, device: str, data_d
     Raises what ``estimate_curve`` raises (UnknownWorkload, ParamsError, ValueError, CurveError).
     """
     if not cacheable(key, device):
-        from workers.curves.estimate import estimate_curve
+        from zico_workloads.curves.estimate import estimate_curve
 
         return estimate_curve(key, params, device, data_dir, warmup=warmup, steady=steady, timing=timing)
     inputs = cache_inputs(key, params, device, data_dir, warmup=warmup, steady=steady, timing=timing)
@@ -186,7 +186,7 @@ def cached_estimate(key: str, params: dict[str, Any] | None, device: str, data_d
         hit = _load(path, inputs)
         if hit is not None:
             return hit
-    from workers.curves.estimate import estimate_curve
+    from zico_workloads.curves.estimate import estimate_curve
 
     curve = estimate_curve(key, params, device, data_dir, warmup=warmup, steady=steady, timing=timing)
     # keyed again after the run: it may have created the default corpus (corpus.ensure_corpus)

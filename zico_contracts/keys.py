@@ -24,14 +24,14 @@ name                               type    meaning
                                            reads it and stores it when the job ends)
 =================================  ======  ====================================================================
 
-``<dev>`` is a device key from :func:`device_key`, e.g. ``gpu.node1.0`` or ``cpu.node1.0``.
-This module imports nothing from Django or torch.
+``<dev>`` is a device key from :func:`zico_contracts.queues.device_key` (also ``keys.device_key``), e.g.
+``gpu.node1.0`` or ``cpu.node1.0``.
+Standard library only (a Redis client is passed in where one is needed).
 """
 from __future__ import annotations
 
-import re
-
 from zico_contracts.joblog import log_stream_key
+from zico_contracts.queues import device_key, parse_device_key  # noqa: F401  (the <dev> part of the names)
 
 PREFIX = "zico"
 TELEMETRY_STREAM = f"{PREFIX}:telemetry"
@@ -64,26 +64,6 @@ EVENT_KINDS = (
     "oom",             # job, device, details (allocator's last_oom())
     "oom_prevented",   # job, device, count, overruns, waited_s (Note [OOM prevented] in workers.oom_watch)
 )
-
-_DEVICE_RE = re.compile(r"^(gpu|cpu)\.[A-Za-z0-9][A-Za-z0-9_-]*\.\d+$")
-
-
-def device_key(kind: str, host: str, index: int) -> str:
-    """The device's name in Redis keys, e.g. ``gpu.node1.0``. Raises ValueError on bad parts."""
-    key = f"{kind}.{host}.{index}"
-    if not isinstance(index, int) or index < 0 or not _DEVICE_RE.match(key):
-        raise ValueError(f"invalid device (kind={kind!r}, host={host!r}, index={index!r}): "
-                         "kind is 'gpu' or 'cpu', host letters/digits/'-'/'_', index a non-negative int")
-    return key
-
-
-def parse_device_key(key: str) -> tuple[str, str, int]:
-    """Inverse of :func:`device_key`: ``'gpu.node1.0'`` -> ``('gpu', 'node1', 0)``. Raises ValueError."""
-    if not isinstance(key, str) or not _DEVICE_RE.match(key):
-        raise ValueError(f"invalid device key {key!r} (expected '<gpu|cpu>.<host>.<index>')")
-    kind, host, index = key.split(".")
-    return kind, host, int(index)
-
 
 def heartbeat_key(dev: str) -> str:
     return f"{PREFIX}:worker:{dev}:heartbeat"

@@ -127,7 +127,7 @@ def measured_cpu_cost(optimizer: str = "adamw") -> DeviceCost:
     """Rates of this machine's CPU with torch's current thread count, measured once per optimizer
     (~0.3 s): a 384^3 matmul, a 3x3 convolution (batch 2, 64 -> 64 channels, 32 x 32), a
     4-M-element add, and the per-phase operator overhead of a tiny training step with
-    ``optimizer`` ("sgd" or "adamw", as ``workers.workloads.training.make_optimizer`` builds them).
+    ``optimizer`` ("sgd" or "adamw", as ``zico_workloads.training.make_optimizer`` builds them).
     Torch's global random state is left as it was (co-located jobs draw from it)."""
     return _measured_cpu_cost(optimizer, torch.get_num_threads())
 
@@ -185,7 +185,7 @@ def _phase_overheads(optimizer: str = "adamw", iterations: int = 10
     Fourth: seconds per forward operator of dropping the loss (its autograd graph) afterwards."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from workers.workloads.training import make_optimizer
+    from zico_workloads.training import make_optimizer
 
     class Record(TorchDispatchMode):
         calls: list = []

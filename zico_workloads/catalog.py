@@ -1,7 +1,7 @@
 """The workload catalog: which training workloads exist and which parameters each accepts.
 
 Torch-free and Django-free: the web side (forms, REST API) validates job params with this module,
-and the worker side builds the job from the same entries (``workers.workloads.training``).
+and the worker side builds the job from the same entries (``zico_workloads.training``).
 
 A workload is a *description*: key, title, task, a JSON Schema for its parameters and their
 defaults, plus ``builder``, the dotted ``"module:function"`` of the torch-side factory that
@@ -133,7 +133,7 @@ def _text(key: str, title: str, task: str, builder: str, defaults: dict[str, Any
     return Workload(key, title, task, _schema(text, title), {**base, **defaults}, builder, description)
 
 
-_M = "workers.workloads.models"
+_M = "zico_workloads.models"
 _BUILTIN: tuple[Workload, ...] = (
     _image("digits-cnn", "Digits CNN (small, fast tests)", f"{_M}:build_digits_cnn",
            {"batch_size": 64, "image_size": 16, "iterations": 150, "lr": 0.05},

@@ -1,6 +1,6 @@
 """The repeating period at the end of a trace's signed allocation sizes (one training iteration).
 
-Used by ``workers.curves.snapshot`` to cut one iteration out of a trace without step annotations
+Used by ``zico_workloads.curves.snapshot`` to cut one iteration out of a trace without step annotations
 (its Note [Finding one iteration]).
 """
 from __future__ import annotations

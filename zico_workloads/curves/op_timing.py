@@ -1,7 +1,7 @@
 """Measured operator times: the modelled clock of a CPU-target estimate, from this machine.
 
 Note [Measured operator times]
-The roofline (:mod:`workers.curves.costs`) prices every memory-bound operator at one bandwidth,
+The roofline (:mod:`zico_workloads.curves.costs`) prices every memory-bound operator at one bandwidth,
 measured on a large add. On a CPU many operators are far off that line: with one thread,
 ``max_pool2d_with_indices`` ran 16x slower than the roofline said (digits-cnn), ``bernoulli_``
 (dropout) 38x, ``tanh`` 10x, an elementwise ``mul`` 8x (tiny-lm). Their share of the iteration is
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from workers.curves.costs import DeviceCost, best_seconds
+from zico_workloads.curves.costs import DeviceCost, best_seconds
 
 DEFAULT_MAX_BYTES = 64 * 2**20
 

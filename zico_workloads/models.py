@@ -17,9 +17,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from workers.workloads import data
-from workers.workloads.catalog import ParamsError
-from workers.workloads.corpus import DEFAULT_CORPUS, ensure_corpus
+from zico_workloads import data
+from zico_workloads.catalog import ParamsError
+from zico_workloads.corpus import DEFAULT_CORPUS, ensure_corpus
 
 
 @dataclass

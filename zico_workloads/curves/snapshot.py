@@ -45,8 +45,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from placement.curves import MAX_BYTES, MemoryCurve, curve_from_samples
-from workers.curves.period import find_period
-from workers.curves.pickle_guard import PickleRefused, load_plain
+from zico_workloads.curves.period import find_period
+from zico_workloads.curves.pickle_guard import PickleRefused, load_plain
 
 # Limits on an upload (docs/curves.md gives each one's reason and the measured cost at the limit).
 MAX_FILE_BYTES = 128 << 20  # a 100,000-event snapshot with stacks is ~17 MB; a str may take 4x its bytes

@@ -1,0 +1,194 @@
+"""The specs of the device tasks ``zico.device.run_job`` and ``zico.device.profile_job``: one class each, built by
+the web side (``Placement.run_spec``, ``Job.profile_spec``) and parsed by the worker (``workers.tasks``).
+
+A task's arguments are ``(job_id, spec)``: the job id travels beside the spec, the spec is a JSON object.
+
+Run spec (:class:`RunSpec`)::
+
+    workload        str         catalog key, e.g. "digits-cnn"; "" for a job with code
+    params          obj         the workload's params (checked again by the worker against the catalog schema)
+    placement       int | null  the placement this run belongs to (a stale one is aborted by the web side)
+    run_token       str | null  the placement's random token: with the placement id it names the run across
+                                deployments (a done record with another token is another database's)
+    curve           obj | null  the job's memory curve (placement.curves contract) for the coordinator
+    plan            obj         the placement's sharing plan (placement.state.SharingPlan.to_dict())
+    job_created_at  str | null  the job's creation time, ISO 8601 (names the job across deployments)
+    tenant          int | null  the job's tenant id (the pool scrubs a chunk that moves to another tenant)
+    + for a job with code, the fields of zico_contracts.codejob.CodeSpec (code_url, command, job_token, ...)
+
+Profile spec (:class:`ProfileSpec`)::
+
+    workload, params, tenant   as above
+    time_limit_s    number | null  stop the run after the first iteration past it (null: no limit)
+    warmup, steady  int            iterations before the traced ones, and traced ones (defaults 1 and 3)
+    + the code fields, as above
+
+``from_dict`` raises :class:`SpecError` naming the field (``job_id``, ``spec``, ``workload``, ``params``,
+``placement``, ..., or a code field such as ``command[2]``); ``to_dict`` checks what it builds the same way, so the
+web side never sends a spec the worker would refuse. Standard library only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from zico_contracts.codejob import CodeSpec, CodeSpecError
+
+
+class SpecError(ValueError):
+    """A run or profile spec is malformed; ``field`` names the input, and the message starts with it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def _job_id(job_id: Any) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise SpecError("job_id", f"expected a positive integer, got {job_id!r}")
+    return job_id
+
+
+def _common(spec: Any) -> tuple[CodeSpec | None, str, dict[str, Any], int | None]:
+    """The fields both specs share: (code, workload, params, tenant). Raises SpecError."""
+    if not isinstance(spec, dict):
+        raise SpecError("spec", f"expected a JSON object, got {type(spec).__name__}")
+    try:
+        code = CodeSpec.from_spec(spec)  # None for a catalog job
+    except CodeSpecError as exc:
+        raise SpecError(exc.field, exc.message) from None
+    workload = spec.get("workload")
+    if not isinstance(workload, str) or (not workload and code is None):
+        raise SpecError("workload", "missing or not a string")
+    params = spec.get("params") or {}
+    if not isinstance(params, dict):
+        raise SpecError("params", "expected a JSON object")
+    tenant = spec.get("tenant")
+    if tenant is not None and (isinstance(tenant, bool) or not isinstance(tenant, int) or tenant <= 0):
+        raise SpecError("tenant", f"expected a positive integer id, got {tenant!r}")
+    return code, workload, params, tenant
+
+
+def _optional_text(spec: dict, key: str) -> str | None:
+    """``spec[key]``: None when absent, else a non-empty string; raises SpecError naming ``key``."""
+    value = spec.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SpecError(key, f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _code_fields(code: CodeSpec | None) -> dict[str, Any]:
+    return code.to_spec() if code is not None else {}
+
+
+@dataclass
+class RunSpec:
+    """The spec of ``zico.device.run_job`` (JSON; module docstring).
+
+    Attributes:
+        job: job id (the task's ``job_id`` argument).
+        workload: catalog key, e.g. ``"digits-cnn"``.
+        params: workload params (validated again by the worker against the catalog schema).
+        placement: id of the placement this run belongs to (stale runs are aborted by the web side).
+        run_token: the placement's random ``run_token`` (a UUID string). With the placement id it names this
+            run across deployments: a done record carrying another token was left by an earlier database
+            (ids restart at 1) and does not stop this run. None when the sender does not set one.
+        curve: the job's memory curve (DESIGN contract) for the coordinator; None disables gating.
+        plan: the placement's sharing plan (``shifts_s`` per job id, ``budget_bytes``, ...).
+        job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
+            so a checkpoint left by an earlier database's job of the same id is not resumed
+            (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.
+        tenant: the job's tenant id. The agent's pool scrubs a chunk that moves to another tenant's job
+            (docs/allocator.md, Note: scrub); None (an older sender) counts as tenant 0.
+        code: the code fields of a command job (a user's own script), else None.
+    """
+
+    job: int
+    workload: str
+    params: dict[str, Any]
+    placement: int | None = None
+    run_token: str | None = None
+    curve: dict[str, Any] | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+    job_created_at: str | None = None
+    tenant: int | None = None
+    code: CodeSpec | None = None  # a command job (a user's own script), else None
+
+    @classmethod
+    def from_dict(cls, job_id: Any, spec: Any) -> "RunSpec":
+        """Parse the task's arguments. Raises SpecError naming the field."""
+        job_id = _job_id(job_id)
+        code, workload, params, tenant = _common(spec)
+        placement = spec.get("placement", spec.get("placement_id"))
+        if placement is not None and (isinstance(placement, bool) or not isinstance(placement, int)):
+            raise SpecError("placement", f"expected an integer id, got {placement!r}")
+        run_token = _optional_text(spec, "run_token")
+        curve = spec.get("curve")
+        if curve is not None and not isinstance(curve, dict):
+            raise SpecError("curve", "expected a memory curve object")
+        plan = spec.get("plan") or {}
+        if not isinstance(plan, dict):
+            raise SpecError("plan", "expected a JSON object")
+        return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
+                   tenant, code)
+
+    parse = from_dict  # the worker's older name
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON spec (without the job id, which is the task's first argument). Raises SpecError, naming
+        the field, when this spec would be refused by :meth:`from_dict`."""
+        out = {"workload": self.workload, "params": self.params, "placement": self.placement,
+               "run_token": self.run_token, "curve": self.curve, "plan": self.plan,
+               "job_created_at": self.job_created_at, "tenant": self.tenant, **_code_fields(self.code)}
+        type(self).from_dict(self.job, out)
+        return out
+
+
+@dataclass
+class ProfileSpec:
+    """The spec of ``zico.device.profile_job`` (module docstring); ``job`` is the task's ``job_id`` argument."""
+
+    job: int
+    workload: str
+    params: dict[str, Any]
+    time_limit_s: float | None = None
+    tenant: int | None = None
+    warmup: int | None = None  # None: DEFAULT_WARMUP
+    steady: int | None = None  # None: DEFAULT_STEADY
+    code: CodeSpec | None = None
+
+    DEFAULT_WARMUP = 1
+    DEFAULT_STEADY = 3
+
+    @classmethod
+    def from_dict(cls, job_id: Any, spec: Any) -> "ProfileSpec":
+        """Parse the task's arguments. Raises SpecError naming the field."""
+        job_id = _job_id(job_id)
+        code, workload, params, tenant = _common(spec)
+        limit = spec.get("time_limit_s")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
+            raise SpecError("time_limit_s", f"expected a positive number of seconds, got {limit!r}")
+        counts = {}
+        for name, least in (("warmup", 0), ("steady", 1)):
+            value = spec.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise SpecError(name, f"expected an integer >= {least}, got {value!r}")
+            counts[name] = value
+        return cls(job_id, workload, params, limit, tenant, counts["warmup"], counts["steady"], code)
+
+    @property
+    def warmup_iterations(self) -> int:
+        return self.DEFAULT_WARMUP if self.warmup is None else self.warmup
+
+    @property
+    def steady_iterations(self) -> int:
+        return self.DEFAULT_STEADY if self.steady is None else self.steady
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON spec (without the job id); ``warmup``/``steady`` only when set. Raises SpecError, naming
+        the field, when this spec would be refused by :meth:`from_dict`."""
+        counts = {name: getattr(self, name) for name in ("warmup", "steady") if getattr(self, name) is not None}
+        out = {"workload": self.workload, "params": self.params, "time_limit_s": self.time_limit_s,
+               "tenant": self.tenant, **counts, **_code_fields(self.code)}
+        type(self).from_dict(self.job, out)
+        return out
