@@ -117,6 +117,12 @@ def _page_sql(serializer_class, profile_serializer_class) -> tuple[str, tuple, t
     return sql, tuple(job_cols), tuple(prof_cols)
 
 
+def page_sql_text(serializer_class, profile_serializer_class) -> str:
+    """The page statement's text (with its ``{scope}`` hole): part of the list's ETag, so that a change of
+    the serializer's fields, and hence of the JSON, changes every ETag."""
+    return _page_sql(serializer_class, profile_serializer_class)[0]
+
+
 def _value(v, model_field, field):
     if model_field is not None and hasattr(model_field, "from_db_value"):
         v = model_field.from_db_value(v, None, connection)  # e.g. JSONField: text -> Python
@@ -131,18 +137,40 @@ class PageRows:
     the full rows (with ``params`` and ``metrics``) to keep 25 made PostgreSQL sort 2000 wide rows (18 ms
     for the load script's tenant). The rows, tenant slug, owner username, active placement's device and
     latest profile are then one statement whose text is built once (:func:`_page_sql`): compiling ORM
-    querysets for them cost more CPU than running them.
+    querysets for them cost more CPU than running them. :meth:`count_and_stamp` counts the list and hashes
+    a page's rows in one statement, so that a poll can be answered 304 before the page is read (Note
+    [Job list ETag] in zico/api/conditional.py).
     """
 
     def __init__(self, qs: QuerySet, serializer_class, profile_serializer_class):
         self.qs, self.classes = qs, (serializer_class, profile_serializer_class)
+        self._count: int | None = None
+
+    def _scope(self, page: slice) -> tuple[str, tuple]:
+        return self.qs.order_by(*Job._meta.ordering).values("pk")[page].query.sql_with_params()
+
+    def count_and_stamp(self, page: slice) -> tuple[int, str]:
+        """(jobs in ``qs``, a hash of ``page``'s rows) in one statement; the hash is PostgreSQL's md5 of the
+        rows :meth:`__getitem__` reads, as text, sorted (each row holds the ordering keys, so the set of rows
+        fixes the page), '' for an empty page. Later ``count()`` calls answer this count."""
+        template = _page_sql(*self.classes)[0]
+        every, every_params = self.qs.order_by().values("pk").query.sql_with_params()
+        scope, params = self._scope(page)
+        sql = (f"SELECT (SELECT count(*) FROM ({every}) c), "
+               f"(SELECT md5(string_agg(s::text, '|' ORDER BY s::text)) FROM ({template.replace('{scope}', scope)}) s)")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, (*every_params, *params))
+            self._count, stamp = cursor.fetchone()
+        return self._count, stamp or ""
 
     def count(self) -> int:
-        return self.qs.count()
+        if self._count is None:
+            self._count = self.qs.count()
+        return self._count
 
     def __getitem__(self, page: slice) -> list[dict]:
         template, job_cols, prof_cols = _page_sql(*self.classes)
-        scope, params = self.qs.order_by(*Job._meta.ordering).values("pk")[page].query.sql_with_params()
+        scope, params = self._scope(page)
         with connection.cursor() as cursor:
             cursor.execute(template.replace("{scope}", scope), params)
             rows = cursor.fetchall()

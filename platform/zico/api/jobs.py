@@ -16,10 +16,10 @@ from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_sub
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
-from .conditional import with_etag
+from .conditional import etag_of, mark, not_modified, with_body_etag
 from .fields import ReasonField, StrictIntegerField
 from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
-from .job_rows import PageRows, fast_path_supported
+from .job_rows import PageRows, fast_path_supported, page_sql_text
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, JOB_WINDOW_PARAM, job_timeline_data
 
@@ -156,17 +156,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
 
     def list(self, request, *args, **kwargs):
         """One page of the caller's jobs, newest first, as JobSerializer writes them (built from rows, Note
-        [Job list fast path]); with an ETag, so that a poller gets 304 for an unchanged page."""
+        [Job list fast path]); with an ETag computed before the page is built, so that a poller whose page
+        has not changed gets 304 for the price of one statement (Note [Job list ETag])."""
         serializer_class = self.get_serializer_class()
         if not fast_path_supported(serializer_class):
-            return super().list(request, *args, **kwargs)
+            return super().list(request, *args, **kwargs)  # the ETag is then the body's (finalize_response)
         page = PageRows(self.filter_queryset(self.get_queryset()), serializer_class, ProfileSummarySerializer)
-        return self.get_paginated_response(self.paginate_queryset(page))
+        offset, limit = self.paginator.get_offset(request), self.paginator.get_limit(request)
+        count, stamp = page.count_and_stamp(slice(offset, offset + limit))
+        etag = etag_of(page_sql_text(serializer_class, ProfileSummarySerializer), request.build_absolute_uri(),
+                       count, stamp)
+        return not_modified(request, etag) or mark(self.get_paginated_response(self.paginate_queryset(page)), etag)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         if self.action == "list" and request.method == "GET":
-            response = with_etag(request, response)
+            response = with_body_etag(request, response)  # unless list() marked it already
         return response
 
     def get_throttles(self):
