@@ -3,7 +3,7 @@ tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -132,7 +132,10 @@ class JobSubmitSerializer(serializers.Serializer):
     list=extend_schema(parameters=[
         OpenApiParameter("status", str, description="only jobs in this status"),
         OpenApiParameter("tenant", str, description="only this tenant's jobs (slug)"),
-    ]),
+        OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER,
+                         description="the ETag of the page you have: 304 with no body while it is unchanged"),
+    ], responses={200: JobSerializer(many=True),
+                  304: OpenApiResponse(description="not modified: the page is the one of your If-None-Match")}),
     create=extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer}),
 )
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
