@@ -105,6 +105,12 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'zico.sqlite3'}")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = True
+# Persistent connections (seconds a connection is kept; 0: one per request). Opening one costs 2-5 ms of wall
+# time (TCP, PostgreSQL's backend start, Django's session setup) — a third of a job-list page's latency when
+# each request connected (docs/operations.md, "Load: the job list API"). Checked before reuse, so a
+# connection the server dropped is replaced rather than failing the request.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The demo's web server, scheduler and consumer share one file: wait for locks, write-ahead log.
     DATABASES["default"]["OPTIONS"] = {

@@ -19,16 +19,27 @@
 
   // Poll `url` with `params()` every `periodMs`, one request at a time. `onData(json)` gets each answer;
   // `onState(ok)` hears whether the server answered. A 401 (signed out) sends the page to sign-in.
+  // An answer with an ETag is revalidated: the next request sends it in If-None-Match, and a 304 (nothing
+  // changed) calls onState(true) without onData (Note [Job list ETag] in platform/zico/api/conditional.py).
   function poll(url, params, onData, onState, periodMs = 1000) {
-    let timer = null, stopped = false;
+    let timer = null, stopped = false, etag = null, lastQuery = null;
     async function tick() {
       try {
-        const q = new URLSearchParams(params());
-        const r = await fetch(`${url}?${q}`, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+        const q = String(new URLSearchParams(params()));
+        if (q !== lastQuery) { etag = null; lastQuery = q; }
+        const headers = { Accept: "application/json" };
+        if (etag) headers["If-None-Match"] = etag;
+        const r = await fetch(`${url}?${q}`, { headers, credentials: "same-origin", cache: "no-store" });
         if (r.status === 401) { window.location = "/login/?next=" + encodeURIComponent(location.pathname); return; }
-        if (!r.ok) throw new Error(`HTTP ${r.status}`);
-        onData(await r.json());
-        onState(true);
+        if (r.status === 304) {
+          onState(true);
+        } else {
+          if (!r.ok) throw new Error(`HTTP ${r.status}`);
+          const data = await r.json();
+          etag = r.headers.get("ETag");
+          onData(data);
+          onState(true);
+        }
       } catch (e) {
         onState(false, e);
       }

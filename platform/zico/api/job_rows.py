@@ -107,6 +107,7 @@ def _page_sql(serializer_class, profile_serializer_class) -> tuple[str, tuple, t
                       for o in job.ordering)
     prof_order = ", ".join(f"{_q(prof.get_field(o.lstrip('-')).column)}{' DESC' if o.startswith('-') else ''}"
                            for o in ("-created_at", "-id"))  # as JobSerializer.get_profile
+    cols.append(f"row_number() OVER (ORDER BY {order}) AS zico_row")  # the page's order, for read()
     sql = (f"SELECT {', '.join(cols)} FROM {_q(job.db_table)} j "
            f"JOIN {_q(tenant.db_table)} t ON t.{_q(tenant.pk.column)} = j.{_q(job.get_field('tenant').column)} "
            f"LEFT JOIN {_q(user.db_table)} u ON u.{_q(user.pk.column)} = j.{_q(job.get_field('owner').column)} "
@@ -115,6 +116,12 @@ def _page_sql(serializer_class, profile_serializer_class) -> tuple[str, tuple, t
            f"ORDER BY {prof_order} LIMIT 1) mp ON true "
            f"WHERE j.{_q(job.pk.column)} IN ({{scope}}) ORDER BY {order}")
     return sql, tuple(job_cols), tuple(prof_cols)
+
+
+def page_sql_text(serializer_class, profile_serializer_class) -> str:
+    """The page statement's text (with its ``{scope}`` hole): part of the list's ETag, so that a change of
+    the serializer's fields, and hence of the JSON, changes every ETag."""
+    return _page_sql(serializer_class, profile_serializer_class)[0]
 
 
 def _value(v, model_field, field):
@@ -131,21 +138,69 @@ class PageRows:
     the full rows (with ``params`` and ``metrics``) to keep 25 made PostgreSQL sort 2000 wide rows (18 ms
     for the load script's tenant). The rows, tenant slug, owner username, active placement's device and
     latest profile are then one statement whose text is built once (:func:`_page_sql`): compiling ORM
-    querysets for them cost more CPU than running them.
+    querysets for them cost more CPU than running them. :meth:`count_and_stamp` counts the list and hashes
+    a page's rows in one statement, so that a poll can be answered 304 before the page is read (Note
+    [Job list ETag] in zico/api/conditional.py); :meth:`read` counts, hashes and reads the page in one.
     """
 
     def __init__(self, qs: QuerySet, serializer_class, profile_serializer_class):
         self.qs, self.classes = qs, (serializer_class, profile_serializer_class)
+        self._count: int | None = None
+        self._rows: tuple[slice, list[dict]] | None = None  # (page, its JSON) from read()
+
+    def _scope(self, page: slice) -> tuple[str, tuple]:
+        return self.qs.order_by(*Job._meta.ordering).values("pk")[page].query.sql_with_params()
+
+    def _statement(self, page: slice, select: str) -> tuple[str, tuple]:
+        """``WITH page_rows AS (the page) <select>``, where ``select`` may use ``{count}`` (jobs in ``qs``)
+        and ``{stamp}`` (md5 of the page's rows as text, sorted: each row holds the ordering keys, so the
+        set of rows fixes the page; NULL for an empty page)."""
+        template = _page_sql(*self.classes)[0]
+        every, every_params = self.qs.order_by().values("pk").query.sql_with_params()
+        scope, params = self._scope(page)
+        sql = (f"WITH page_rows AS MATERIALIZED ({template.replace('{scope}', scope)}) "
+               + select.format(count=f"(SELECT count(*) FROM ({every}) c)",
+                               stamp="(SELECT md5(string_agg(r::text, '|' ORDER BY r::text)) FROM page_rows r)"))
+        return sql, (*params, *every_params)
+
+    def count_and_stamp(self, page: slice) -> tuple[int, str]:
+        """(jobs in ``qs``, a hash of ``page``'s rows: '' for an empty page) in one statement, without reading
+        the rows; :meth:`read` gives the same hash for the same rows."""
+        sql, params = self._statement(page, "SELECT {count}, {stamp}")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            self._count, stamp = cursor.fetchone()
+        return self._count, stamp or ""
+
+    def read(self, page: slice) -> tuple[int, str, list[dict]]:
+        """(jobs in ``qs``, the hash of :meth:`count_and_stamp`, ``page`` as the serializer's JSON) in one
+        statement; a later slice ``page`` of this object answers these rows."""
+        sql, params = self._statement(page, "SELECT n.n, h.h, page_rows.* FROM (SELECT {count} AS n) n "
+                                            "CROSS JOIN (SELECT {stamp} AS h) h "
+                                            "LEFT JOIN page_rows ON true ORDER BY page_rows.zico_row")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        self._count, stamp = rows[0][0], rows[0][1] or ""
+        self._rows = (page, self._convert([r[2:] for r in rows if stamp]))  # no stamp: an empty page
+        return self._count, stamp, self._rows[1]
 
     def count(self) -> int:
-        return self.qs.count()
+        if self._count is None:
+            self._count = self.qs.count()
+        return self._count
 
     def __getitem__(self, page: slice) -> list[dict]:
-        template, job_cols, prof_cols = _page_sql(*self.classes)
-        scope, params = self.qs.order_by(*Job._meta.ordering).values("pk")[page].query.sql_with_params()
+        if self._rows is not None and self._rows[0] == page:
+            return self._rows[1]
+        template = _page_sql(*self.classes)[0]
+        scope, params = self._scope(page)
         with connection.cursor() as cursor:
             cursor.execute(template.replace("{scope}", scope), params)
-            rows = cursor.fetchall()
+            return self._convert(cursor.fetchall())
+
+    def _convert(self, rows) -> list[dict]:
+        _sql, job_cols, prof_cols = _page_sql(*self.classes)
         order = _plan(self.classes[0])
         pid = next(i for k, i, _m, _f in prof_cols if k == "id")
         result = []

@@ -3,7 +3,8 @@ tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field,
+                                   extend_schema_view)
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -16,10 +17,10 @@ from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_sub
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
-from .conditional import with_etag
+from .conditional import etag_of, mark, not_modified, with_body_etag
 from .fields import ReasonField, StrictIntegerField
 from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
-from .job_rows import PageRows, fast_path_supported
+from .job_rows import PageRows, fast_path_supported, page_sql_text
 from .events import EventSerializer, paginated_events
 from .timelines import CURSOR, JOB_TIMELINE, JOB_WINDOW_PARAM, job_timeline_data
 
@@ -132,7 +133,10 @@ class JobSubmitSerializer(serializers.Serializer):
     list=extend_schema(parameters=[
         OpenApiParameter("status", str, description="only jobs in this status"),
         OpenApiParameter("tenant", str, description="only this tenant's jobs (slug)"),
-    ]),
+        OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER,
+                         description="the ETag of the page you have: 304 with no body while it is unchanged"),
+    ], responses={200: JobSerializer(many=True),
+                  304: OpenApiResponse(description="not modified: the page is the one of your If-None-Match")}),
     create=extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer}),
 )
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
@@ -156,17 +160,27 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
 
     def list(self, request, *args, **kwargs):
         """One page of the caller's jobs, newest first, as JobSerializer writes them (built from rows, Note
-        [Job list fast path]); with an ETag, so that a poller gets 304 for an unchanged page."""
+        [Job list fast path]); with an ETag computed before the page is built, so that a poller whose page
+        has not changed gets 304 for the price of one statement (Note [Job list ETag])."""
         serializer_class = self.get_serializer_class()
         if not fast_path_supported(serializer_class):
-            return super().list(request, *args, **kwargs)
+            return super().list(request, *args, **kwargs)  # the ETag is then the body's (finalize_response)
         page = PageRows(self.filter_queryset(self.get_queryset()), serializer_class, ProfileSummarySerializer)
-        return self.get_paginated_response(self.paginate_queryset(page))
+        offset, limit = self.paginator.get_offset(request), self.paginator.get_limit(request)
+        window = slice(offset, offset + limit)
+        sql, url = page_sql_text(serializer_class, ProfileSummarySerializer), request.build_absolute_uri()
+        if "HTTP_IF_NONE_MATCH" in request.META:  # a poller: answer from the hash alone if it still matches
+            count, stamp = page.count_and_stamp(window)
+            if response := not_modified(request, etag_of(sql, url, count, stamp)):
+                return response
+        count, stamp, _rows = page.read(window)  # the paginator's slice of ``page`` answers these rows
+        etag = etag_of(sql, url, count, stamp)
+        return not_modified(request, etag) or mark(self.get_paginated_response(self.paginate_queryset(page)), etag)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         if self.action == "list" and request.method == "GET":
-            response = with_etag(request, response)
+            response = with_body_etag(request, response)  # unless list() marked it already
         return response
 
     def get_throttles(self):

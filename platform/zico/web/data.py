@@ -12,6 +12,8 @@ from django.http import Http404, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from zico.api.conditional import with_body_etag
+
 from . import access
 from .job_metrics import job_metrics, parse_after
 from .job_panels import job_statuses
@@ -35,9 +37,20 @@ def json_view(fn):
     return wrapper
 
 
+def with_etag(view):
+    """``view``'s 200 with an ETag of its body, or 304 when the request's If-None-Match has it: the job list's
+    poll then skips an unchanged answer (Note [Job list ETag] in zico/api/conditional.py; format.js)."""
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        return with_body_etag(request, view(request, *args, **kwargs))
+    return wrapper
+
+
+@with_etag
 @json_view
 def jobs_status(request):
-    """``{"jobs": [job_status, ...]}`` for the ids in ``?ids=1,2,3`` that the user may read (max 200)."""
+    """``{"jobs": [job_status, ...]}`` for the ids in ``?ids=1,2,3`` that the user may read (max 200); with an
+    ETag (304 for an unchanged answer)."""
     raw = request.GET.get("ids", "")
     try:
         ids = [int(x) for x in raw.split(",") if x.strip()][:200]
