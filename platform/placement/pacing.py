@@ -19,36 +19,46 @@ almost never between two, and the new job waited out its neighbour's whole run: 
 
 Note [Expected iteration time]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-The coordinator extrapolates a job's progress as elapsed / expected iteration time. Past the peak (and the
-job is never seen before it: Note [Progress from memory]) a longer expected time keeps the prediction
-earlier in the fall, holding more bytes than the job really does, which is safe; a shorter one hides memory
-still held. So the expected time errs long, by a margin that comes from the job's own measurements, as a
-retransmission timeout does (RFC 6298, Jacobson/Karels): ``mean + DEVIATIONS x deviation``, both moving
-averages of the measured iteration times (weights MEAN_GAIN and DEVIATION_GAIN). Before the first
-measurement the job has no figure but its solo time, and co-located jobs slow each other (shared cores or
-SMs), so it starts at CONTENTION x the solo time. The warm-up iteration is not measured (its time says
-little about the next ones).
+The coordinator extrapolates a job's progress as elapsed / expected iteration time, and plans a request
+with its iteration time too. Past the peak (and the job is never seen before it: Note [Progress from
+memory]) a longer time keeps the prediction earlier in a fall made non-increasing (``falling_envelope``),
+holding more bytes than the job really does, which is safe; a shorter one hides memory still held. For a
+request it is the other way round: a job that runs faster than planned meets its neighbours' commitments
+earlier, so a request is planned with the *shortest* likely time (``IterationTime.shortest_s``: the solo
+time, or the measured mean when iterations run faster), and a fall with the *longest* likely one
+(``expected_s``). Since every commitment beside a request is then flat or falling, a request that runs
+slower than planned only meets less memory (each of its bytes comes later, beside less).
 
-Why not a fixed multiple of the measured time (it was SAFETY = 2 x the average): the margin is there for
+The longest likely time is ``mean + DEVIATIONS x mean deviation`` of the measured iteration times
+(moving averages with weights MEAN_GAIN and DEVIATION_GAIN), as a retransmission timeout is (RFC 6298,
+Jacobson/Karels); the first measurement sets the mean, and its distance from the solo time the deviation.
+The warm-up iteration is not averaged in (lazy initialisation makes it long), but until the first
+measurement its time is the estimate; before it, CONTENTION x the solo time (co-located jobs slow each
+other: shared cores or SMs).
+
+Why not a fixed multiple of the measured time (it was 2 x a moving average): the margin is there for
 iteration times that vary, and a fixed multiple charges it to jobs whose times do not. The scheduler
-predicts a plan's slowdown by running this rule in the simulator (placement.groups.predict_gated), whose
-times are exact: under a fixed multiple every prediction was planned on iterations twice as long as they
-are, so the partner's starts waited for falls that had already happened, and the demo pair's predicted
-slowdown rose past ZICO_MAX_SLOWDOWN, so it would no longer be co-located. With the deviation the margin is
-what the job's measurements show: none for steady times (the simulator, a steady GPU job), wide for a job
-on a loaded host (the agent; the demo's tiny-lm on 2 shared cores ranges 0.16-2.24 s). The prediction
-therefore does not include the margin of a noisy host: its slowdowns are those of steady iterations, and a
-noisy run waits longer than predicted (the measured slowdown the job page shows beside the prediction).
+predicts a plan's slowdown by running these rules in the simulator (placement.groups.predict_gated), whose
+times are exact; with a fixed 2 x the demo pair's predicted slowdown was 3.9-4.75x at every device budget
+from 306 to 338 MiB (past ZICO_MAX_SLOWDOWN, 1.6x, and the demo's 3.0x), so the scheduler co-located it only
+from 339 MiB on; with the deviation it is 1.26-1.29x from 314 MiB on (tests/placement/data/
+demo-pair-profile.json; 1.23-1.31x before these rules ran in the simulator at all). The margin is what the job's measurements show:
+none for steady times (the simulator; a steady GPU job), wide for a job on a loaded host (the demo's tiny-lm
+on 2 shared cores ranges 0.16-2.24 s). So a prediction does not include a noisy host's margin: its slowdowns
+are those of steady iterations, and a noisy run waits longer than predicted (the job page shows the
+measured slowdown beside the predicted one).
 
 Note [Progress from memory]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 Between marks the coordinator extrapolates progress from time, which is wrong whenever the machine runs
 slower or faster than predicted. Two rules keep the prediction on the safe side: during ``forward`` the job
-is taken to be *at its peak already* (its rise may come sooner than predicted, and the peak is what the
-others must make room for; its time runs FORWARD_STALL times slower, so it stays there until the
-``backward`` mark); during ``backward`` its live allocated bytes say where it is on the falling part of its
-curve (the first point after the peak whose bytes have fallen to them). Observed bytes only ever move the
-estimate *back*; marks and the end of the iteration move it forward.
+is *held at its peak* (Coordinator.hold_peak; its rise may come sooner than predicted, and the peak is what
+the others must make room for) until the ``backward`` mark re-anchors it at the peak's fraction; during
+``backward`` its live allocated bytes say where it is on the falling part of its curve (the first point
+after the peak whose bytes have fallen to them). Observed bytes only ever move the estimate *back*; marks
+and the end of the iteration move it forward. (The forward pass used to be a fall running 10 x slower from
+the peak: for a curve whose peak is a narrow spike the prediction left the peak before the job reached it,
+and the simulator, running this rule, went over budget in the budget property test.)
 """
 from __future__ import annotations
 
