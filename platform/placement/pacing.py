@@ -180,10 +180,12 @@ class Pacer:
     def mark(self, kind: str) -> None:
         """A mark of the training loop (one of MARKS). Raises ValueError for another kind."""
         c, j = self.coordinator, self.job_id
-        if kind == "iteration_start":
-            self._started_at = c.now()
+        if kind == "iteration_start":  # admitted: planned with its shortest time, it runs with its longest
+            self._started_at = c.now()  # (what a job without forward and backward marks is seen to do)
+            c.set_iteration_s(j, self.time.expected_s)
         elif kind == "forward":  # Note [Progress from memory]: at its peak until backward
-            c.hold_peak(j)
+            if c.progress(j) is not None:  # a mark outside an iteration in flight carries nothing
+                c.hold_peak(j)
         elif kind == "backward":  # from the peak on, falling no faster than its longest time says
             c.set_iteration_s(j, self.time.expected_s)
             c.report_progress(j, self._peak_fraction)
