@@ -9,7 +9,7 @@ timeline reaches them: ``iteration_start`` and ``forward`` when an iteration is 
 ``backward`` when the iteration reaches its curve's peak (where the forward pass ends),
 ``iteration_end`` at its end, and the allocated bytes of every iteration in flight (``observe``) at
 every event, as the agent's reporter samples them. ``trace`` records each of those calls and each
-decision, to replay them elsewhere (tests/placement/test_placement_pacing.py replays them through
+decision, to replay them elsewhere (tests/workers/test_gate_decisions.py replays them through
 the agent's gate).
 
 Note [Contention model]
