@@ -183,9 +183,12 @@ at a time, alternating; (d) Zico gates every iteration start with the coordinato
 Reading the tables: with a budget at the sum of peaks, naive sharing and Zico both run the jobs
 concurrently. Below it, naive sharing runs out of memory while Zico keeps the budget by shifting
 iterations (its peak never exceeds the budget), down to the least budget any sharing can use,
-where it degrades towards time slicing. On the cluster, the memory-aware policy with Zico's
-coordinator co-locates jobs without a single budget violation; the same placements without
-coordination (naive gate) exceed the budget; FIFO runs one job per device. Slowdown is run time
+where it degrades towards time slicing. The coordinator sees each job's forward pass as holding its
+peak (placement.pacing, as the GPU worker does), so a job whose peak comes at the end of its
+iteration (lm-B) runs beside another only where both peaks fit. On the cluster, the memory-aware
+policy with Zico's coordinator co-locates jobs without a single budget violation; the same
+placements without coordination (naive gate) exceed the budget wherever a plan needed time shifts
+(the violations column); FIFO runs one job per device. Slowdown is run time
 over solo run time (queueing excluded; JCT includes it). Real GPU figures depend on the compute
 share, which must be measured on the GPU host (NVML utilisation of each job alone).
 """

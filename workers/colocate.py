@@ -269,7 +269,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "transfer_bytes": pool.get("transfer_bytes"), "transfers": pool.get("transfers"),
         # "delays": the coordinator's own delay records (an iteration held back by the sharing plan);
         # "gate_waits": all the time the jobs waited at the gate (the per-job delay_s summed), which also
-        # counts each job's first iteration waiting for the others' to end (Gate.wait's warm-up rule)
+        # counts each job's first iteration waiting for the others' to end (Note [Warm-up iteration] in placement/pacing.py)
         "delays": {"count": len(delays), "total_ms": sum(d.delay_ms for d in delays)},
         "gate_waits": {"count": sum(r.get("gate_waits", 0) for r in results.values()),
                        "total_s": sum(r.get("delay_s", 0.0) for r in results.values())},

@@ -16,6 +16,13 @@ at iteration granularity), yet a job whose iteration fits in a gap before an ear
 reservation starts at once. Reservations are recomputed at every decision from live progress,
 so budget changes and slower-than-predicted jobs take effect at the next decision.
 
+Note [Held at the peak]
+~~~~~~~~~~~~~~~~~~~~~~~
+An iteration in flight whose progress is unknown (its forward pass: the rise may come at any moment)
+can be *held*: until its next progress report or its end, the others plan around it holding its
+curve's peak for HOLD_ITERATIONS of the longest expected iteration on the device, so anything admitted
+beside it fits beside its peak (``hold_peak``). placement.pacing holds every forward pass.
+
 Note [Running alone]
 ~~~~~~~~~~~~~~~~~~~~
 A job whose iteration cannot fit under the budget beside the others' commitments at any delay
@@ -45,6 +52,10 @@ from .gating import Commitment, least_delay_s
 # wait at every iteration would grow an unbounded list: the records are a ring of the newest
 # DELAY_RECORDS_MAX (a few hundred kB), and ``delays_recorded`` / ``delay_ms_total`` count them all.
 DELAY_RECORDS_MAX = 4096
+
+# Note [Held at the peak]: a held job holds its peak for this many of the device's longest expected iterations,
+# long enough to cover the whole iteration of any job admitted beside it.
+HOLD_ITERATIONS = 2.0
 
 # Default bins per shortest iteration for gating decisions (see Note [Gating rule]).
 DEFAULT_RESOLUTION = 256
@@ -91,6 +102,7 @@ class _JobState:
     reported_at: float = 0.0
     requested_at: float | None = None
     first_reason: str = ""
+    held: MemoryCurve | None = None  # in flight and held at its peak: this flat curve (Note [Held at the peak])
 
 
 class Coordinator:
@@ -160,6 +172,17 @@ class Coordinator:
             st.iteration_s = float(iteration_s)
             self._cond.notify_all()
 
+    def now(self) -> float:
+        """The coordinator's clock, seconds (the injected one: virtual in the simulator)."""
+        return self._clock()
+
+    def progress(self, job_id: Hashable) -> float | None:
+        """How far ``job_id``'s iteration in flight is predicted to be now (fraction in [0, 1)); None when
+        it is not in flight or not here."""
+        with self._cond:
+            st = self._jobs.get(job_id)
+            return None if st is None or not st.in_flight else self._fraction(st, self._clock())
+
     @property
     def budget_bytes(self) -> float:
         return self._budget
@@ -198,18 +221,33 @@ class Coordinator:
 
     def report_progress(self, job_id: Hashable, fraction: float) -> None:
         """The job's in-flight iteration is ``fraction`` (0..1) done (e.g. from the allocator's
-        phase or a backward hook); re-anchors the prediction of when it ends."""
+        phase or a backward hook); re-anchors the prediction of when it ends and ends a hold."""
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"fraction must lie in [0, 1], got {fraction!r}")
         with self._cond:
             st = self._jobs[job_id]
+            if st.held is not None:
+                st.held = None
+                self._cond.notify_all()
             st.fraction, st.reported_at = float(fraction), self._clock()
+
+    def hold_peak(self, job_id: Hashable) -> None:
+        """Hold ``job_id``'s iteration in flight at its curve's peak until its next
+        :meth:`report_progress` or :meth:`end_iteration` (Note [Held at the peak]). Raises KeyError
+        for an unknown job, RuntimeError when no iteration of it is in flight."""
+        with self._cond:
+            st = self._jobs[job_id]
+            if not st.in_flight:
+                raise RuntimeError(f"job {job_id!r} has no iteration in flight to hold")
+            c = st.curve
+            st.held = MemoryCurve(fractions=[0.0], bytes=[c.peak_bytes], iteration_s=c.iteration_s,
+                                  persistent_bytes=c.persistent_bytes, source=c.source, device=c.device)
 
     def end_iteration(self, job_id: Hashable) -> None:
         """The job's iteration ended (its transient memory is freed); waiters re-decide."""
         with self._cond:
             st = self._jobs[job_id]
-            st.in_flight, st.fraction = False, 0.0
+            st.in_flight, st.fraction, st.held = False, 0.0, None
             self._cond.notify_all()
 
     def drain_delays(self) -> list[DelayRecord]:
@@ -287,6 +325,9 @@ class Coordinator:
         raise AssertionError("requester missing from the waiting line")  # pragma: no cover
 
     def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:
+        if st.held is not None:  # Note [Held at the peak]
+            hold_s = HOLD_ITERATIONS * max(s.iteration_s for s in self._jobs.values())
+            return Commitment(st.held, hold_s, fraction=0.0)
         if st.in_flight:
             return Commitment(st.curve, st.iteration_s, fraction=self._fraction(st, now))
         return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s, loaded=st.loaded)

@@ -3,6 +3,15 @@ behind a gate (the real :class:`~placement.coordinator.Coordinator`, or a baseli
 measures memory exactly. Used by the planner's predictions and by the cluster simulator; the
 GPU worker runs the same coordinator with real threads and a real clock.
 
+Each job talks to a Coordinator through a :class:`~placement.pacing.Pacer`, as the device agent's
+jobs do (workers.gate): the executor sends the events a training loop sends, at the times its
+timeline reaches them: ``iteration_start`` and ``forward`` when an iteration is admitted,
+``backward`` when the iteration reaches its curve's peak (where the forward pass ends),
+``iteration_end`` at its end, and the allocated bytes of every iteration in flight (``observe``) at
+every event, as the agent's reporter samples them. ``trace`` records each of those calls and each
+decision, to replay them elsewhere (tests/workers/test_gate_decisions.py replays them through
+the agent's gate).
+
 Note [Contention model]
 ~~~~~~~~~~~~~~~~~~~~~~~
 Jobs share the device's compute. Each job has a ``compute_share`` (fraction of the device it
@@ -23,19 +32,20 @@ import numpy as np
 
 from .coordinator import Coordinator, Decision
 from .curves import MemoryCurve
+from .pacing import Pacer
 from .state import Job
 
 EPS = 1e-12
 
 
 class Gate(Protocol):
-    """What the executor needs from a gate (the Coordinator's iteration protocol)."""
+    """What the executor needs from a baseline gate (a subset of the Coordinator's iteration protocol;
+    a Coordinator is driven through per-job Pacers instead)."""
 
     def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None) -> None: ...
     def remove_job(self, job_id: Hashable) -> None: ...
     def request_start(self, job_id: Hashable) -> Decision: ...
     def end_iteration(self, job_id: Hashable) -> None: ...
-    def report_progress(self, job_id: Hashable, fraction: float) -> None: ...
 
 
 class UngatedGate:
@@ -44,7 +54,6 @@ class UngatedGate:
     def add_job(self, job_id, curve, iteration_s=None): pass
     def remove_job(self, job_id): pass
     def end_iteration(self, job_id): pass
-    def report_progress(self, job_id, fraction): pass
 
     def request_start(self, job_id) -> Decision:
         return Decision(True, 0.0)
@@ -58,7 +67,6 @@ class TimeSlicingGate:
         self._line: list[Hashable] = []
 
     def add_job(self, job_id, curve, iteration_s=None): pass
-    def report_progress(self, job_id, fraction): pass
 
     def remove_job(self, job_id):
         if job_id in self._line:
@@ -77,11 +85,37 @@ class TimeSlicingGate:
         return Decision(False, None, "slice")
 
 
+class _Direct:
+    """A baseline gate's side of one job: the Pacer's calls, passed straight to the gate."""
+
+    def __init__(self, gate: Gate, job_id: Hashable, curve: MemoryCurve) -> None:
+        self.gate, self.job_id, self.curve = gate, job_id, curve
+        self.peak_fraction = float(curve.fractions[int(curve.bytes.argmax())])
+
+    def join(self) -> None:
+        self.gate.add_job(self.job_id, self.curve, self.curve.iteration_s)
+
+    def leave(self) -> None:
+        self.gate.remove_job(self.job_id)
+
+    def request(self) -> Decision:
+        return self.gate.request_start(self.job_id)
+
+    def mark(self, kind: str) -> None:
+        if kind == "iteration_end":
+            self.gate.end_iteration(self.job_id)
+
+    def observe(self, allocated_bytes: float, phase: str) -> None:
+        pass
+
+
 @dataclass
 class _Run:
     job: Job
     iterations_left: int
+    pacer: object = None                # a Pacer (Coordinator) or _Direct (baseline gate)
     running: bool = False
+    backward: bool = False              # the iteration in flight has passed its peak (backward sent)
     fraction: float = 0.0
     retry_at: float | None = 0.0        # when a waiting job asks again; None: on the next change
     started_s: float = 0.0
@@ -110,10 +144,13 @@ class DeviceRun:
             predictions.
         start_s: initial virtual time, seconds.
         resolution: bins per shortest iteration of the default Coordinator's decisions.
+        trace: when a list, every call into a job's pacer is appended to it as
+            ``(time_s, job_id, call, args, result)``: ``call`` one of ``join``, ``request`` (result: admitted,
+            bool), ``mark`` (args: the mark), ``observe`` (args: allocated bytes, phase), ``leave``.
     """
 
     def __init__(self, budget_bytes: float, gate: Gate | None = None, *, track_memory: bool = True,
-                 start_s: float = 0.0, resolution: int | None = None) -> None:
+                 start_s: float = 0.0, resolution: int | None = None, trace: list | None = None) -> None:
         self.now = float(start_s)
         self.budget_bytes = float(budget_bytes)
         if gate is None:
@@ -123,13 +160,16 @@ class DeviceRun:
         self.track_memory = track_memory
         self.jobs: dict[Hashable, _Run] = {}
         self.stats = DeviceStats()
+        self.trace = trace
         self._over = False
 
     # -- membership ---------------------------------------------------------------------
     def add_job(self, job: Job, iterations: int | None = None) -> None:
         """Place ``job`` here now; it asks to start its first iteration at once."""
-        self.gate.add_job(job.id, job.curve, job.curve.iteration_s)
-        self.jobs[job.id] = _Run(job, int(iterations or job.iterations), started_s=self.now)
+        make = Pacer if isinstance(self.gate, Coordinator) else _Direct
+        r = _Run(job, int(iterations or job.iterations), make(self.gate, job.id, job.curve), started_s=self.now)
+        self.jobs[job.id] = r
+        self._call(r, "join")
         self._poll(force=True)
 
     @property
@@ -143,7 +183,8 @@ class DeviceRun:
         sp = self.speed
         for r in self.jobs.values():
             if r.running:
-                t = min(t, self.now + (1.0 - r.fraction) * r.job.curve.iteration_s / sp)
+                to = 1.0 if r.backward else r.pacer.peak_fraction
+                t = min(t, self.now + max(0.0, to - r.fraction) * r.job.curve.iteration_s / sp)
             elif r.retry_at is not None:
                 t = min(t, max(r.retry_at, self.now))
         return t
@@ -214,14 +255,17 @@ class DeviceRun:
     def _handle_events(self) -> list[Hashable]:
         done: list[Hashable] = []
         for jid, r in list(self.jobs.items()):
+            if r.running and not r.backward and r.fraction >= r.pacer.peak_fraction - 1e-9:
+                r.backward = True
+                self._call(r, "mark", "backward")
             if r.running and r.fraction >= 1.0 - 1e-9:
                 r.running, r.fraction = False, 0.0
                 r.iterations_left -= 1
-                self.gate.end_iteration(jid)
+                self._call(r, "mark", "iteration_end")
                 if r.first_iteration_s is None:
                     r.first_iteration_s = self.now
                 if r.iterations_left <= 0:
-                    self.gate.remove_job(jid)
+                    self._call(r, "leave")
                     self.stats.finished[jid] = (r.started_s, r.first_iteration_s, self.now)
                     del self.jobs[jid]
                     done.append(jid)
@@ -231,18 +275,28 @@ class DeviceRun:
         return done
 
     def _poll(self, force: bool = False) -> None:
-        # live progress first (the worker's job threads report it), then every change wakes
-        # every waiter (as Condition.notify_all does for worker threads)
-        for jid, r in self.jobs.items():
+        # live allocated bytes first (the agent's reporter samples them), then every change wakes
+        # every waiter (as Condition.notify_all does for the agent's waiting jobs)
+        for r in self.jobs.values():
             if r.running:
-                self.gate.report_progress(jid, min(r.fraction, 1.0))
-        for jid, r in list(self.jobs.items()):
+                c = r.job.curve
+                self._call(r, "observe", float(c.at(min(r.fraction, 1.0 - 1e-12))),
+                           "backward" if r.backward else "forward")
+        for r in list(self.jobs.values()):
             if r.running:
                 continue
             if not force and (r.retry_at is None or r.retry_at > self.now + EPS):
                 continue
-            d = self.gate.request_start(jid)
+            d = self._call(r, "request")
             if d.admit:
-                r.running, r.fraction, r.retry_at, r.loaded = True, 0.0, None, True
+                r.running, r.backward, r.fraction, r.retry_at, r.loaded = True, False, 0.0, None, True
+                self._call(r, "mark", "iteration_start")
+                self._call(r, "mark", "forward")
             else:
                 r.retry_at = None if d.delay_s is None else self.now + d.delay_s
+
+    def _call(self, r: _Run, call: str, *args):
+        out = getattr(r.pacer, call)(*args)
+        if self.trace is not None:
+            self.trace.append((self.now, r.job.id, call, args, out.admit if call == "request" else None))
+        return out

@@ -76,9 +76,11 @@ def predict_gated(jobs: Sequence[Job], budget_bytes: float, iterations: int = PR
     """Run the coordinator on a virtual clock (placement.device_sim) for ``2 * iterations`` of
     the longest iteration (times the contention factor) and measure over the second half.
 
-    Returns (peak bytes measured, or 0.0 without ``track_memory``; per-job slowdown). With the
-    defaults a prediction takes a few ms; on the scale benchmark's workloads its slowdowns are
-    within 5 % of a 24-iteration run at 128 bins (scripts/bench_placement.py, docs/placement.md).
+    Returns (peak bytes measured, or 0.0 without ``track_memory``; per-job slowdown). Each job runs
+    the agent's own rules on the coordinator (placement.pacing, warm-up included, in the first half).
+    With the defaults a prediction takes a few ms; on the scale benchmark's workload pairs its
+    slowdowns lie within 8 % (median) of a 24-iteration run at 128 bins
+    (``scripts/bench_placement.py --accuracy``, docs/placement.md).
     """
     from .device_sim import DeviceRun  # device_sim imports the coordinator, which imports gating
 

@@ -57,3 +57,24 @@ def test_each_check_fails_with_its_figures(dp):
     assert "380.0 MiB < sum of solo peaks 380.0 MiB" in lines[3]
     none = dp.checks(["succeeded"] * 2, True, None, 320 * MIB, 380 * MIB, "h:cpu0")
     assert not none[2].ok and "nothing stored" in none[2].text
+
+
+def test_the_profiled_demo_pair_is_co_located_within_the_platforms_slowdown_limit(dp):
+    # the demo's pair as scripts/demo.py profiles it, planned by the scheduler's policy (zico.scheduling.service
+    # .make_policy) with the default ZICO_MAX_SLOWDOWN of 1.6 and the demo's gate share; the prediction runs the
+    # agent's own pacing rules (placement.pacing), Note [Expected iteration time]
+    import json
+    from pathlib import Path
+
+    from placement.curves import curve_from_dict
+    from placement.gating import overhead_headroom
+    from workers.colocate import feasible_floor
+
+    d = json.loads((Path(__file__).resolve().parents[1] / "placement" / "data" / "demo-pair-profile.json").read_text())
+    curves, reserved = [curve_from_dict(c) for c in d["curves"]], d["reserved_bytes"]
+    share = 1 - overhead_headroom(sum(c.peak_bytes for c in curves), sum(reserved))
+    policy = MemoryAware(max_slowdown=1.6, group_share=share)
+    choice = dp.choose_budget(policy, curves, SHARES, reserved, feasible_floor(curves, reserved), share)
+    assert choice.plan is not None and choice.plan.mode in ("gating", "shift")
+    assert choice.budget_bytes < sum(reserved)
+    assert max(choice.plan.predicted_slowdown) <= 1.6

@@ -65,7 +65,7 @@ def test_short_waits_are_not_delays_and_real_ones_are_aggregated():
 
 
 def test_a_new_jobs_warm_up_does_not_wait_out_a_busy_neighbours_whole_run():
-    # Note [Warm-up iteration]: a neighbour iterating back to back used to keep the new job out until it ended
+    # Note [Warm-up iteration] (placement/pacing.py): a neighbour iterating back to back used to keep the new job out until it ended
     curve = triangular_curve(10 * MIB, 100 * MIB, iteration_s=0.02)
     coordinator = Coordinator(150 * MIB)  # the two peaks never fit together: they must alternate
     a, b = _gate(coordinator, curve, 1), _gate(coordinator, curve, 2)

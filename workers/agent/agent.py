@@ -283,7 +283,7 @@ class DeviceAgent:
             run.phase = msg["phase"]
             self.pool.job_stats(run.job_id, msg["allocated"], msg["reserved"])
             if run.gate is not None:
-                run.gate.observe(run.job_id, msg["allocated"], run.phase)  # Note [Progress from memory]
+                run.gate.observe(run.job_id, msg["allocated"], run.phase)  # Note [Progress from memory] in placement/pacing.py
             return
         if kind == "hello":
             if msg["job_id"] != run.job_id:
