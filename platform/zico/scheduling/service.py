@@ -11,7 +11,9 @@ One round:
 2. moves ``queued`` jobs on (bulk moves): to ``ready`` when a curve is stored or an identical job's
    is copied, to ``failed`` when an identical job's remembered profiling failure or a stored estimate
    says it can never run (Note [Known memory needs] in zico.jobs.known), else to ``profiling`` with a
-   ``zico.device.profile_job`` task on a device queue; with background estimates
+   ``zico.device.profile_job`` task on a device queue — or, a script job (a job with code), alone in a
+   placement of its own with a ``zico.device.run_job`` that profiles it as its run starts (Note [A script's
+   profile is the start of its run] in workers/runner.py); with background estimates
    (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
@@ -26,7 +28,8 @@ One round:
 
 Task arguments (agreed with the workers lane, see workers.runner.RunSpec / workers.tasks):
 ``run_job(job_id, {"workload", "params", "placement", "run_token", "curve", "plan"})`` and
-``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}).
+``profile_job(job_id, Job.profile_spec())`` ({"workload", "params", "time_limit_s"}); a script job's first
+``run_job`` has ``"curve": None`` and ``"profile": {"time_limit_s"}`` (Placement.run_spec).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
@@ -44,7 +48,8 @@ from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs import known
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import JobStatus, transition_many, try_transition
+from zico.tenants.models import Tenant
+from zico.jobs.transitions import JobStatus, on_device_q, transition_many, try_transition
 
 from . import waiting
 from .recovery import unsent_tasks
@@ -220,6 +225,8 @@ class Scheduler:
         if held:
             res.waiting.update({j.pk: why for j, why in held})
             waiting.record(held, JobStatus.QUEUED)
+        self._profile_as_runs([j for j in left if j.code_id is not None], res)
+        left = [j for j in left if j.code_id is None]
         profiler = _profiling_device() if left else None
         if profiler is None:
             if left:  # no online device to profile on
@@ -234,6 +241,48 @@ class Scheduler:
                                [job.pk, job.profile_spec()]))
             if self.estimates is not None and job.pk not in estimated:
                 self.estimates.want(job.workload, job.params or {}, job.pk)
+
+    def _profile_as_runs(self, jobs: list[Job], res: RoundResult) -> None:
+        """Script jobs without a curve (queue order), each alone in a placement of its own, queued -> profiling,
+        with a ``run_job`` that profiles it as its run starts (Note [A script's profile is the start of its run]
+        in workers/runner.py), on a device that runs no job of unknown memory (:func:`_devices_to_profile_on`):
+        one such job per device and round, as the device then runs one. The others wait with why."""
+        if not jobs:
+            return
+        devices, blind = _devices_to_profile_on()
+        busy: list[tuple[str, float, str]] = []  # taken by this round's profiles
+        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in={j.tenant_id for j in jobs}
+                                                          | {t for _, ts in devices for t in ts})}
+        on_device = dict(Job.objects.filter(on_device_q(), tenant_id__in=[j.tenant_id for j in jobs])
+                         .values_list("tenant_id").annotate(n=Count("pk")).order_by())
+        groups, waits = [], []
+        for job in jobs:
+            tenant = tenants[job.tenant_id]
+            if on_device.get(tenant.pk, 0) >= tenant.max_running_jobs:
+                waits.append((job, reasons.quota("jobs", on_device.get(tenant.pk, 0), tenant.max_running_jobs)))
+                continue
+            fit = next((i for i, (_, ts) in enumerate(devices) if ts <= {tenant.pk} or (
+                tenant.allow_cross_tenant_colocation and all(tenants[t].allow_cross_tenant_colocation for t in ts))),
+                None)
+            if fit is None:
+                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy)))
+                continue
+            device, _ = devices.pop(fit)
+            busy.append((str(device), float(device.budget_bytes), f"profiling job {job.pk}"))
+            on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
+            groups.append((device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
+                                           "budget_bytes": device.budget_bytes}))
+        opened = Placement.open_many(groups, profiling=True) if groups else []
+        for (device, [job], _), got in zip(groups, opened):
+            if isinstance(got, Placement):
+                res.profiling.append(job.pk)
+                res.outbox.append((RUN_TASK, job.pk, device.queue, [job.pk, got.run_spec(job, None)]))
+            else:
+                log.info("profiling placement of job %s on %s refused: %s", job.pk, device, got)
+                waits.append((job, reasons.placement_refused(str(device))))
+        if waits:
+            res.waiting.update({j.pk: why for j, why in waits})
+            waiting.record(waits, JobStatus.QUEUED)
 
     def _known_needs(self, jobs: list[Job], res: RoundResult) -> tuple[list[Job], set[int]]:
         """Queued jobs without a curve of their own, judged on what is stored about identical jobs and the
@@ -396,10 +445,33 @@ def _unlock_round() -> None:
         log.warning("could not release the scheduling lock explicitly", exc_info=True)
 
 
-def _unavailable_devices() -> list[tuple[str, float, str]]:
-    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason."""
+def _unavailable_devices(blind: set[int] = frozenset()) -> list[tuple[str, float, str]]:
+    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason; ``blind``: devices
+    running a job of unknown memory."""
     return [(str(d), float(d.budget_bytes), why) for d in Device.objects.select_related("node")
-            if (why := unavailable_reason(d))]
+            if (why := unavailable_reason(d, blind))]
+
+
+def _devices_to_profile_on() -> tuple[list[tuple[Device, set[int]]], set[int]]:
+    """Online devices with a budget where a script job may be profiled as its run starts, with the ids of the
+    tenants whose jobs are on each: none of their jobs is of unknown memory (no job placed, running or
+    profiling there without a stored curve), so a profile runs alone or beside jobs the device's coordinator
+    gates. GPUs first, then the fewest jobs. Also the ids of the devices left out for a job of unknown
+    memory. Two queries."""
+    from django.db.models import Exists, OuterRef
+
+    seen: dict[int, list] = {}
+    for dev_id, tenant_id, has_curve in (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
+                                         .annotate(c=Exists(MemoryProfile.objects.filter(job=OuterRef("pk"))))
+                                         .values_list("placements__device_id", "tenant_id", "c")):
+        entry = seen.setdefault(dev_id, [set(), 0, False])
+        entry[0].add(tenant_id)
+        entry[1] += 1
+        entry[2] = entry[2] or not has_curve
+    devices = [d for d in Device.objects.filter(status=Status.ONLINE, node__status=Status.ONLINE, budget_bytes__gt=0)
+               .select_related("node") if not seen.get(d.pk, [None, 0, False])[2]]
+    devices.sort(key=lambda d: (d.kind != Device.Kind.GPU, seen.get(d.pk, [None, 0])[1], d.pk))
+    return [(d, seen.get(d.pk, [set()])[0]) for d in devices], {pk for pk, e in seen.items() if e[2]}
 
 
 def _profiling_device() -> Device | None:
