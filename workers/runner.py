@@ -14,8 +14,9 @@ silently.
 
 Note [A script's profile is the start of its run]
     A script job (a user's own code) without a stored curve is not profiled by a run of its own and then
-    started again: the scheduler places it alone in a placement of its own, on a device that runs no other
-    job of unknown memory (the job stays ``profiling``), and sends ``run_job`` with ``profile``
+    started again: the scheduler places it in a placement of its own (the job stays ``profiling``), alone
+    on its device or beside jobs of known memory (Note [Where a script is profiled] in
+    zico.scheduling.service), and sends ``run_job`` with ``profile``
     (``warmup``, ``steady``, ``time_limit_s``). The script starts as any run does, ungated (it has no curve
     yet; the device's budget still holds it); its first ``warmup + steady`` iterations are traced through
     the allocator (``workers.scriptproc``), then the job process sends ``profiled`` and goes on training.

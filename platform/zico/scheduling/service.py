@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
@@ -243,16 +243,18 @@ class Scheduler:
                 self.estimates.want(job.workload, job.params or {}, job.pk)
 
     def _profile_as_runs(self, jobs: list[Job], res: RoundResult) -> None:
-        """Script jobs without a curve (queue order), each alone in a placement of its own, queued -> profiling,
-        with a ``run_job`` that profiles it as its run starts (Note [A script's profile is the start of its run]
-        in workers/runner.py), on a device that runs no job of unknown memory (:func:`_devices_to_profile_on`):
-        one such job per device and round, as the device then runs one. The others wait with why."""
+        """Script jobs without a curve (queue order), each in a placement of its own, queued -> profiling, with
+        a ``run_job`` that profiles it as its run starts (Note [A script's profile is the start of its run] in
+        workers/runner.py). Where (Note [Where a script is profiled]): a device that runs nothing, or, for a job
+        with its own ``budget_bytes``, one whose jobs are all of known memory and leave that many bytes of its
+        budget beside their peaks; tenancy and quota as for any placement; one profile per device and round.
+        The others wait with why."""
         if not jobs:
             return
-        devices, blind = _devices_to_profile_on()
+        rooms, blind = _devices_to_profile_on()
         busy: list[tuple[str, float, str]] = []  # taken by this round's profiles
         tenants = {t.pk: t for t in Tenant.objects.filter(pk__in={j.tenant_id for j in jobs}
-                                                          | {t for _, ts in devices for t in ts})}
+                                                          | {t for r in rooms for t in r.tenants})}
         on_device = dict(Job.objects.filter(on_device_q(), tenant_id__in=[j.tenant_id for j in jobs])
                          .values_list("tenant_id").annotate(n=Count("pk")).order_by())
         groups, waits = [], []
@@ -261,17 +263,18 @@ class Scheduler:
             if on_device.get(tenant.pk, 0) >= tenant.max_running_jobs:
                 waits.append((job, reasons.quota("jobs", on_device.get(tenant.pk, 0), tenant.max_running_jobs)))
                 continue
-            fit = next((i for i, (_, ts) in enumerate(devices) if ts <= {tenant.pk} or (
-                tenant.allow_cross_tenant_colocation and all(tenants[t].allow_cross_tenant_colocation for t in ts))),
-                None)
+            fit = next((r for r in rooms if r.takes(job, tenant, tenants)), None)
             if fit is None:
-                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy)))
+                taken = [(str(r.device), float(r.device.budget_bytes), f"running {r.jobs} job(s), "
+                          f"{int(r.peak_bytes)} bytes of peaks (a job is profiled alone there unless its own "
+                          "budget fits beside them)") for r in rooms]
+                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy + taken)))
                 continue
-            device, _ = devices.pop(fit)
-            busy.append((str(device), float(device.budget_bytes), f"profiling job {job.pk}"))
+            rooms.remove(fit)
+            busy.append((str(fit.device), float(fit.device.budget_bytes), f"profiling job {job.pk}"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
-            groups.append((device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
-                                           "budget_bytes": device.budget_bytes}))
+            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
+                                               "budget_bytes": fit.device.budget_bytes}))
         opened = Placement.open_many(groups, profiling=True) if groups else []
         for (device, [job], _), got in zip(groups, opened):
             if isinstance(got, Placement):
@@ -313,7 +316,7 @@ class Scheduler:
         estimates: dict[tuple[str, str], object] = {}
         estimated: set[int] = set()
         for j in jobs:
-            if j.pk in failures:
+            if j.pk in failures or j.code_id is not None:  # a script has no CPU estimate
                 continue
             key = known.params_key(j.workload, j.params)
             if key not in estimates:
@@ -452,26 +455,56 @@ def _unavailable_devices(blind: set[int] = frozenset()) -> list[tuple[str, float
             if (why := unavailable_reason(d, blind))]
 
 
-def _devices_to_profile_on() -> tuple[list[tuple[Device, set[int]]], set[int]]:
-    """Online devices with a budget where a script job may be profiled as its run starts, with the ids of the
-    tenants whose jobs are on each: none of their jobs is of unknown memory (no job placed, running or
-    profiling there without a stored curve), so a profile runs alone or beside jobs the device's coordinator
-    gates. GPUs first, then the fewest jobs. Also the ids of the devices left out for a job of unknown
-    memory. Two queries."""
-    from django.db.models import Exists, OuterRef
+@dataclass
+class _Room:
+    """A device where a script job may be profiled as its run starts, and what runs there: the tenants, how many
+    jobs and the sum of their curves' peaks (bytes)."""
 
-    seen: dict[int, list] = {}
-    for dev_id, tenant_id, has_curve in (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
-                                         .annotate(c=Exists(MemoryProfile.objects.filter(job=OuterRef("pk"))))
-                                         .values_list("placements__device_id", "tenant_id", "c")):
-        entry = seen.setdefault(dev_id, [set(), 0, False])
-        entry[0].add(tenant_id)
-        entry[1] += 1
-        entry[2] = entry[2] or not has_curve
-    devices = [d for d in Device.objects.filter(status=Status.ONLINE, node__status=Status.ONLINE, budget_bytes__gt=0)
-               .select_related("node") if not seen.get(d.pk, [None, 0, False])[2]]
-    devices.sort(key=lambda d: (d.kind != Device.Kind.GPU, seen.get(d.pk, [None, 0])[1], d.pk))
-    return [(d, seen.get(d.pk, [set()])[0]) for d in devices], {pk for pk, e in seen.items() if e[2]}
+    device: Device
+    tenants: set[int] = field(default_factory=set)
+    jobs: int = 0
+    peak_bytes: float = 0.0
+
+    def takes(self, job: Job, tenant, tenants: dict) -> bool:
+        """Note [Where a script is profiled]; tenancy as Placement._refusal judges it."""
+        if not (self.tenants <= {tenant.pk} or (tenant.allow_cross_tenant_colocation and all(
+                tenants[t].allow_cross_tenant_colocation for t in self.tenants))):
+            return False
+        return self.jobs == 0 or (job.budget_bytes is not None
+                                  and self.device.budget_bytes - self.peak_bytes >= job.budget_bytes)
+
+
+def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
+    """Online devices with a budget that run no job of unknown memory (none placed, running or profiling there
+    without a stored curve), as rooms; GPUs first, then the fewest jobs. Also the ids of the devices left out
+    for a job of unknown memory. Two queries.
+
+    Note [Where a script is profiled]
+        A script job's profile is the start of its run, and until its curve is known the device's
+        coordinator cannot gate it: only the pool's budget holds it. So it starts where that cannot squeeze
+        anyone: on a device that runs nothing (it is profiled alone), or, when the job has its own
+        ``budget_bytes`` (``zico submit --budget``: the most it may hold), beside jobs of known memory that
+        leave at least that much of the device budget beside the sum of their peaks. No job is placed beside
+        it until its curve is stored (the snapshot leaves a device running a job of unknown memory out);
+        then it is gated as a new job, and the scheduler plans the next jobs with its curve.
+    """
+    latest_peak = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id").values("peak_bytes")
+    rooms: dict[int, _Room] = {d.pk: _Room(d) for d in Device.objects.filter(
+        status=Status.ONLINE, node__status=Status.ONLINE, budget_bytes__gt=0).select_related("node")}
+    blind: set[int] = set()
+    for dev_id, tenant_id, peak in (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
+                                    .annotate(peak=Subquery(latest_peak[:1]))
+                                    .values_list("placements__device_id", "tenant_id", "peak")):
+        if peak is None:
+            blind.add(dev_id)
+        room = rooms.get(dev_id)
+        if room is not None:
+            room.tenants.add(tenant_id)
+            room.jobs += 1
+            room.peak_bytes += float(peak or 0)
+    out = sorted((r for pk, r in rooms.items() if pk not in blind),
+                 key=lambda r: (r.device.kind != Device.Kind.GPU, r.jobs, r.device.pk))
+    return out, blind
 
 
 def _profiling_device() -> Device | None:
