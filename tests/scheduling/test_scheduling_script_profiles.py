@@ -127,3 +127,24 @@ def test_a_worker_lost_while_it_profiles_a_script_requeues_it_to_be_profiled_aga
     Scheduler().run_round()
     script.refresh_from_db()
     assert script.status == "profiling" and script.active_placement().pk != placement.pk
+
+
+def test_a_profile_the_worker_could_not_build_fails_the_job_and_stops_its_run(cluster, tenant, make_script_job,
+                                                                             broker):
+    from zico.telemetry import keys
+
+    script = make_script_job(tenant)
+    Scheduler().run_round()
+    placement = Job.objects.get(pk=script.pk).active_placement()
+    handlers.on_profile_done(_msg("profile_done", placement.device, job=script.pk, placement=placement.pk,
+                                  error="the script's profile trace is unusable: CurveError: no iteration"), broker)
+    script.refresh_from_db()
+    assert script.status == "failed" and "profile trace is unusable" in script.failure_reason
+    assert broker.exists(keys.cancel_key(script.pk))  # the run, still going, is stopped
+    # a profile from a run that is no longer the job's is ignored
+    other = make_script_job(tenant)
+    Scheduler().run_round()
+    handlers.on_profile_done(_msg("profile_done", placement.device, job=other.pk, placement=placement.pk,
+                                  curve=triangular_curve(GiB, 2 * GiB, 0.1).to_dict()), broker)
+    assert Job.objects.get(pk=other.pk).status == "profiling" and not MemoryProfile.objects.filter(job=other).exists()
+    broker.delete(keys.cancel_key(script.pk))
