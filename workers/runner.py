@@ -12,6 +12,24 @@ Outcomes (``job_finished`` messages through :class:`workers.link.Link`): ``succe
 the allocator's reason), or with the agent's reason for a process that crashed, hung or allocated around the
 pool (Note [Outcome of a job process] in workers.agent.agent). A run whose placement became stale is aborted
 silently.
+
+Note [A script's profile is the start of its run]
+    A script job (a user's own code) without a stored curve is not profiled by a run of its own and then
+    started again: the scheduler places it in a placement of its own (the job stays ``profiling``), alone
+    on its device or beside jobs of known memory (Note [Where a script is profiled] in
+    zico.scheduling.service), and sends ``run_job`` with ``profile``
+    (``warmup``, ``steady``, ``time_limit_s``). The script starts as any run does, ungated (it has no curve
+    yet; the device's budget still holds it); its first ``warmup + steady`` iterations are traced through
+    the allocator (``workers.scriptproc``), then the job process sends ``profiled`` and goes on training.
+    Here the trace becomes the curve (:func:`profiled_curve`), sent as ``profile_done`` with the placement
+    (the web side stores it as the job's MemoryProfile, which reruns of the same code and command reuse,
+    and moves the job to ``running``, so the scheduler sees the device hold a job of known memory and may
+    place the next job beside it), and the agent gates the job with it from its next iteration on, as a new
+    job (``DeviceAgent.set_curve``). A script that ends before its profile was complete succeeds or fails
+    as it ended, with a curve from the iterations it had past the warm-up; past ``time_limit_s`` without
+    them the run fails with that reason. A lost worker returns the job to the queue, to be profiled again.
+    Catalog jobs are still profiled by ``zico.device.profile_job`` (workers.profiling): their curve comes
+    before their placement, so they are planned from their first iteration.
 """
 from __future__ import annotations
 
@@ -77,6 +95,8 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     from . import usercode
     from .agent import JobRun
 
+    if any(r.job_id == job_id for r in rt.agent.jobs()):  # a duplicate task: not even its directories are touched
+        raise RuntimeError(f"job {job_id} is already running on {rt.agent.device}")
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()
     relay = _Relay(link, spec)
@@ -87,6 +107,11 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
             dirs = usercode.prepare(spec.code, job_id, rt.config.var_dir or rt.config.checkpoint_dir.parent)
             output.line("system", f"code {spec.code.code_sha256[:12]} unpacked; running {' '.join(spec.code.command)}")
             proc_spec = usercode.script_spec(spec.code, dirs, rt.torch_device, rt.config.data_dir)
+            if spec.profile is not None:  # Note [A script's profile is the start of its run]
+                proc_spec["profile"] = spec.profile
+                relay.profiled = lambda msg: _send_profile(rt, spec, dirs, msg)
+                output.line("system", f"profiling: the memory of the first {spec.profile['warmup'] + spec.profile['steady']} "
+                                      "iterations is measured; the run goes on")
         else:
             proc_spec = job_process_spec(rt, spec)
         job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement,
@@ -150,6 +175,47 @@ def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[d
     return {k: v for k, v in values.items() if k not in drop}, int(done) if done is not None else first
 
 
+def profiled_curve(dirs, job_id: int, warmup: int, device: str, code) -> dict[str, Any]:
+    """The memory curve (DESIGN contract, source ``allocator-trace``) from the trace a script job's first
+    iterations left in its scratch dir (workers.scriptproc.PROFILE_TRACE). Raises ValueError saying why it is
+    missing or holds no usable iteration."""
+    import json
+    from types import SimpleNamespace
+
+    from placement.curves import CurveError
+    from workers.curves.capture import allocator_records_to_trace
+    from zico_workloads.curves.trace import trace_curve
+
+    from .scriptproc import PROFILE_TRACE
+
+    try:
+        rows = json.loads((dirs.scratch_dir / PROFILE_TRACE).read_text())
+        records = [SimpleNamespace(kind=k, timestamp_s=t, job_allocated_bytes=a, delta_bytes=d, iteration=i,
+                                   job=job_id) for k, t, a, d, i in rows]
+        curve = trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
+                            device=device if device == "cpu" else f"cuda:{device.partition(':')[2] or 0}",
+                            meta={"command": list(code.command), "code_sha256": code.code_sha256})
+    except (OSError, ValueError, TypeError, CurveError) as exc:
+        raise ValueError(f"the script's profile trace is unusable: {type(exc).__name__}: {exc}") from None
+    return curve.to_dict()
+
+
+def _send_profile(rt: DeviceRuntime, spec: RunSpec, dirs, msg: dict[str, Any]) -> None:
+    """On the job's ``profiled``: send its curve (``profile_done`` with the placement) and gate the job with it;
+    an unusable trace is sent as the profile's error (the web side fails the job and stops the run)."""
+    try:
+        curve = profiled_curve(dirs, spec.job, spec.profile["warmup"], rt.torch_device, spec.code)
+        rt.agent.set_curve(spec.job, curve)
+    except (ValueError, KeyError) as exc:  # CurveError is a ValueError
+        log.warning("job %s: no curve from its profile: %s", spec.job, exc)
+        rt.link.emit("profile_done", job=spec.job, placement=spec.placement, error=str(exc)[:1500])
+    else:
+        spec.curve = curve  # the run's slowdown is measured against it (slowdown_metrics)
+        rt.link.emit("profile_done", job=spec.job, placement=spec.placement, curve=curve,
+                     profile_s=msg.get("profile_s"), iterations=msg.get("iterations"))
+    rt.link.flush()
+
+
 class _Relay:
     """Turns a job process's messages (in the agent's reader thread) into the run's lifecycle messages."""
 
@@ -160,6 +226,7 @@ class _Relay:
         self.iterations = 0
         self.t0: float | None = None
         self.job = None  # the JobRun, once made
+        self.profiled = None  # on a script job's ``profiled`` (Note [A script's profile is the start of its run])
 
     def on_message(self, msg: dict[str, Any]) -> None:
         kind, spec = msg["type"], self.spec
@@ -172,6 +239,8 @@ class _Relay:
             self.link.flush()
         elif kind == "go":
             self.delays.add(msg["delay_s"])
+        elif kind == "profiled" and self.profiled is not None:
+            self.profiled(msg)
         elif kind == "metric" and self.t0 is not None:
             if msg.get("iterations_total"):  # a script's own count (zico.set_iterations_total)
                 self.iterations = int(msg["iterations_total"])

@@ -259,9 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     # functions is killed after the grace period, and nothing of Zico's own ending is cut short.
     signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     done = outcome(error, spec)  # prints the traceback, as python would
-    if profiler is not None and done["status"] == "succeeded":  # the script ended before enough iterations
-        profiler.finish(f"the script ended after {clock.steps} iterations (optimizer steps); its profile needs "
-                        f"{profiler.want}")
+    if profiler is not None and done["status"] == "succeeded":  # ended before its profile was complete:
+        profiler.complete()  # a curve from the iterations it had, when it had one past the warm-up
     stopped = isinstance(error, JobStopped)
     error = None  # the traceback's frames go, and with them the script's objects (its open files flush)
     if not stopped:
@@ -280,53 +279,67 @@ def main(argv: list[str] | None = None) -> int:
     return _send_done(control, {**done, "metrics": jobproc._plain(metrics)})
 
 
-PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.profiling
+PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.runner (profiled_curve)
 
 
 class _Profiler:
-    """A profile run of a script (Note [Profiling a script] in workers.profiling): drains the allocator's trace
-    while the script runs, and after ``warmup + steady`` iterations (or at the time limit) writes this job's
-    records to ``<scratch>/profile-trace.json``, sends ``done`` and ends the process (the script with it)."""
+    """The profile of a script job's first iterations (Note [A script's profile is the start of its run] in
+    workers.runner): drains the allocator's trace while the script runs; after ``warmup + steady`` iterations
+    writes this job's records to ``<scratch>/profile-trace.json``, sends ``profiled`` and stops tracing, and
+    the script goes on. Past ``time_limit_s`` without them the run ends failed with that reason."""
 
     def __init__(self, za, job_id: int, prof: dict[str, Any], scratch: str, control, clock: StepClock):
         self.za, self.job_id, self.control, self.clock = za, job_id, control, clock
-        self.want = int(prof["warmup"]) + int(prof["steady"])
+        self.warmup = int(prof["warmup"])
+        self.want = self.warmup + int(prof["steady"])
         self.limit = prof.get("time_limit_s")
         self.path = os.path.join(scratch, PROFILE_TRACE)
         self.records: list[list] = []
         self.t0 = time.monotonic()
+        self.done = False
         self._lock = threading.Lock()
         za.drain_trace()  # setup's records before this point are not the job's iterations
         threading.Thread(target=self._loop, name="zico-profile", daemon=True).start()
 
     def _drain(self) -> None:
         with self._lock:
+            if self.done:
+                return
             for r in self.za.drain_trace():
                 if r.job == self.job_id:
                     self.records.append([r.kind, r.timestamp_s, r.job_allocated_bytes, r.delta_bytes, r.iteration])
 
     def _loop(self) -> None:
-        while True:
+        while not self.done:
             time.sleep(0.05)
             self._drain()
 
     def after_end(self, steps: int) -> None:
+        if self.done:
+            return
         elapsed = time.monotonic() - self.t0
-        if self.limit is not None and elapsed > self.limit and steps < self.want:
-            self.finish(f"stopped after {elapsed:.0f} s and {steps} of {self.want} iterations: over the profiling "
-                        f"time limit of {self.limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
-        elif steps >= self.want:
-            self.finish()
+        if steps >= self.want:
+            self.complete()
+        elif self.limit is not None and elapsed > self.limit:
+            self._drain()
+            _send_done(self.control, {
+                "status": "failed", "metrics": {"profile_s": round(elapsed, 3), "profile_iterations": steps},
+                "reason": f"profiling stopped after {elapsed:.0f} s and {steps} of {self.want} iterations: over the "
+                          f"profiling time limit of {self.limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)"})
 
-    def finish(self, reason: str | None = None) -> None:
-        """Write the trace and end the process: ``done`` succeeded, or failed with ``reason``."""
+    def complete(self) -> bool:
+        """Write the trace and send ``profiled`` (once), when an iteration past the warm-up ones was traced;
+        True when it did. Called after ``want`` iterations, or by a script that ended before them."""
+        if self.done or self.clock.steps <= self.warmup:
+            return False
         self._drain()
-        metrics = {"profile_s": round(time.monotonic() - self.t0, 3), "profile_iterations": self.clock.steps}
-        if reason is None:
+        with self._lock:
+            self.done = True
             with open(self.path, "w") as f:
                 json.dump(self.records, f)
-            _send_done(self.control, {"status": "succeeded", "metrics": metrics})
-        _send_done(self.control, {"status": "failed", "reason": reason, "metrics": metrics})
+            self.records = []
+        self.control.send("profiled", iterations=self.clock.steps, profile_s=round(time.monotonic() - self.t0, 3))
+        return True
 
 
 def _send_done(control: jobproc.Control, done: dict[str, Any]) -> int:

@@ -1,5 +1,5 @@
 """A command job's code and files on the worker side: fetch and unpack its archive, relay its output to the
-job's log stream, upload its output files. Used by :mod:`workers.runner` and :mod:`workers.profiling`.
+job's log stream, upload its output files. Used by :mod:`workers.runner`.
 
 The contract is :mod:`zico_contracts.codejob` (the run spec's code fields, the job token) and
 :mod:`zico_contracts.joblog` (the log stream); the web side's endpoints are ``code_url`` and ``files_url``.

@@ -11,6 +11,7 @@ Note [What is packed]
 """
 from __future__ import annotations
 
+import gzip
 import os
 import tarfile
 from dataclasses import dataclass
@@ -95,10 +96,16 @@ def pack(root: Path, dest: Path) -> Packed:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         info.mode &= 0o777
+        info.mtime = 0  # Note [Same files, same archive]
         return info
 
     files = size = 0
-    with tarfile.open(dest, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+    # Note [Same files, same archive]: the archive is a function of the files' paths, modes and bytes only
+    # (no gzip timestamp, no file times, no owners), so packing an unchanged project again gives the same
+    # sha256: the web side stores it once, and a rerun of the same command is an identical job that reuses
+    # the stored memory curve instead of being profiled again.
+    with open(dest, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in names:
             p = root / rel
             tar.add(p, arcname=rel, recursive=False, filter=clean)

@@ -20,6 +20,9 @@ Job -> agent::
                                                        iterations_done, ...); iterations_total: the job's own count
                                                        of iterations (optimizer steps) in the whole run, when it
                                                        says (a user script: ``zico.set_iterations_total``)
+    profiled       {iterations, profile_s}             a script job's profile is complete: its allocator trace of the
+                                                       first ``iterations`` iterations is in its scratch dir
+                                                       (workers.scriptproc.PROFILE_TRACE); the job goes on training
     done           {status, metrics[, reason, curve]}  last message; status succeeded|failed|cancelled|aborted;
                                                        curve: a profile run's memory curve (placement.curves JSON)
 
@@ -101,12 +104,15 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
     "log": ({"line": (_str, "a string")}, {"level": (_choice(LOG_LEVELS), f"one of {LOG_LEVELS}")}),
     "metric": ({"values": (_values, "an object of name -> number, string or null")},
                {"iterations_total": (_int, "an integer >= 0")}),
+    "profiled": ({"iterations": (_int, "an integer >= 0"), "profile_s": (lambda v: _num(v) and v >= 0,
+                                                                          "a number >= 0 (seconds)")}, {}),
     "done": ({"status": (_choice(STATUSES), f"one of {STATUSES}"), "metrics": (_metrics, "an object")},
              {"reason": (_str, "a string"), "curve": (lambda v: isinstance(v, dict), "a memory curve object")}),
     "go": ({"delay_s": (lambda v: _num(v) and v >= 0, "a number >= 0 (seconds)")}, {}),
     "stop": ({"reason": (_str, "a string")}, {}),
 }
-JOB_TO_AGENT = ("hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "log", "metric", "done")
+JOB_TO_AGENT = ("hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "log", "metric", "profiled",
+                "done")
 AGENT_TO_JOB = ("go", "stop")
 
 

@@ -101,6 +101,9 @@ class RunSpec:
         tenant: the job's tenant id. The agent's pool scrubs a chunk that moves to another tenant's job
             (docs/allocator.md, Note: scrub); None (an older sender) counts as tenant 0.
         code: the code fields of a command job (a user's own script), else None.
+        profile: a script job profiled as its run starts (Note [A script's profile is the start of its run] in
+            workers.runner): ``{"warmup", "steady", "time_limit_s"}`` (iterations, iterations, seconds or None);
+            None for a job that has its curve (and for every catalog job, which profile_job profiles).
     """
 
     job: int
@@ -113,6 +116,7 @@ class RunSpec:
     job_created_at: str | None = None
     tenant: int | None = None
     code: CodeSpec | None = None  # a command job (a user's own script), else None
+    profile: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -130,7 +134,7 @@ class RunSpec:
         if not isinstance(plan, dict):
             raise SpecError("plan", "expected a JSON object")
         return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant, code)
+                   tenant, code, _profile(spec, code))
 
     parse = from_dict  # the worker's older name
 
@@ -140,8 +144,32 @@ class RunSpec:
         out = {"workload": self.workload, "params": self.params, "placement": self.placement,
                "run_token": self.run_token, "curve": self.curve, "plan": self.plan,
                "job_created_at": self.job_created_at, "tenant": self.tenant, **_code_fields(self.code)}
+        if self.profile is not None:
+            out["profile"] = self.profile
         type(self).from_dict(self.job, out)
         return out
+
+
+def _profile(spec: dict, code: CodeSpec | None) -> dict[str, Any] | None:
+    """The run spec's ``profile`` with its defaults, or None; raises SpecError naming the bad field (a profile
+    for a catalog job, which profile_job profiles, is one)."""
+    prof = spec.get("profile")
+    if prof is None:
+        return None
+    if not isinstance(prof, dict):
+        raise SpecError("profile", "expected a JSON object")
+    if code is None:
+        raise SpecError("profile", "only a job with code is profiled as its run starts")
+    out = {"warmup": prof.get("warmup", ProfileSpec.DEFAULT_WARMUP), "steady": prof.get("steady", ProfileSpec.DEFAULT_STEADY),
+           "time_limit_s": prof.get("time_limit_s")}
+    for name, least in (("warmup", 0), ("steady", 1)):
+        v = out[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise SpecError(f"profile.{name}", f"expected an integer >= {least}, got {v!r}")
+    limit = out["time_limit_s"]
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
+        raise SpecError("profile.time_limit_s", f"expected a positive number of seconds, got {limit!r}")
+    return out
 
 
 @dataclass

@@ -120,3 +120,25 @@ def test_the_console_script_runs_as_its_own_process(zico_process, signed_in):
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 0 and json.loads(stdout) == [], stderr
     assert config.load()["url"] == signed_in["url"] and os.environ.get("XDG_CONFIG_HOME")
+
+
+def test_an_unchanged_project_packs_to_the_same_bytes(tmp_path):
+    """Note [Same files, same archive]: a rerun of the same code is an identical job (its curve is reused)."""
+    import hashlib
+
+    from zico_cli.pack import pack
+
+    root = tmp_path / "p"
+    (root / "sub").mkdir(parents=True)
+    (root / "train.py").write_text("print('hi')\n")
+    (root / "sub" / "data.txt").write_text("1 2 3\n")
+    pack(root, tmp_path / "a.tar.gz")
+    os.utime(root / "train.py", (1, 1))  # a checkout or a copy changes file times, not content
+    pack(root, tmp_path / "b.tar.gz")
+    digest = [hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("a.tar.gz", "b.tar.gz")]
+    assert digest[0] == digest[1]
+    (root / "train.py").write_text("print('bye')\n")
+    pack(root, tmp_path / "c.tar.gz")
+    assert hashlib.sha256((tmp_path / "c.tar.gz").read_bytes()).hexdigest() != digest[0]
+    with tarfile.open(tmp_path / "c.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["sub/data.txt", "train.py"]

@@ -51,3 +51,26 @@ def test_the_cpu_pool_needs_a_positive_capacity():
     assert cpu_info(1 << 30).total_bytes == 1 << 30
     with pytest.raises(DeviceInfoError, match="positive"):
         cpu_info(0)
+
+
+CODE = {"workload": "", "code_url": "http://web/api/worker/jobs/3/code", "code_sha256": "a" * 64,
+        "code_format": "tar.gz", "code_size_bytes": 10, "code_limits": {}, "command": ["python", "train.py"],
+        "env": {}, "job_token": "t", "files_url": "http://web/api/worker/jobs/3/files/", "output_limits": {}}
+
+
+def test_a_script_job_profiled_as_its_run_starts_gets_the_profile_defaults():
+    spec = RunSpec.parse(3, {**CODE, "curve": None, "profile": {"time_limit_s": 60.0}})
+    assert spec.profile == {"warmup": 1, "steady": 3, "time_limit_s": 60.0} and spec.curve is None
+    assert RunSpec.parse(3, CODE).profile is None
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({**CODE, "profile": [1]}, "profile"),
+    ({"workload": "digits-cnn", "profile": {}}, "profile"),  # a catalog job is profiled by profile_job
+    ({**CODE, "profile": {"steady": 0}}, "profile.steady"),
+    ({**CODE, "profile": {"warmup": "1"}}, "profile.warmup"),
+    ({**CODE, "profile": {"time_limit_s": -1}}, "profile.time_limit_s"),
+])
+def test_bad_profiles_name_the_field(spec, field):
+    with pytest.raises(SpecError, match=f"^{field}"):
+        RunSpec.parse(3, spec)

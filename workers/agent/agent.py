@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.25
 STOP_CHECK_S = 0.5
-PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "done", "log")
+PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "profiled", "done", "log")
 
 
 @dataclass
@@ -70,6 +70,7 @@ class JobRun:
     tenant_id: int = 0
     on_output: Callable[[str, str], None] = lambda stream, line: None
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
+    next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
     # live state
     pid: int | None = None
     job_pid: int | None = None
@@ -144,10 +145,7 @@ class DeviceAgent:
         A user script whose spec is malformed or that cannot be sandboxed here returns ``failed`` with the
         reason, ``pid`` None (nothing started).
         """
-        gate = Gate(SimpleNamespace(coordinator=self.coordinator,
-                                    link=SimpleNamespace(stop_requested=lambda _j, _p: run.stop_check())),
-                    SimpleNamespace(job=run.job_id, placement=run.placement, curve=run.curve))
-        run.gate = gate
+        gate = run.gate = self._gate(run, run.curve)
         with self._lock:
             if run.job_id in self._runs:
                 raise RuntimeError(f"job {run.job_id} is already running on {self.device}")
@@ -188,11 +186,28 @@ class DeviceAgent:
             returncode = self._supervise(run, proc)
         finally:
             self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
-            gate.leave(run.job_id)
+            run.gate.leave(run.job_id)
             with self._lock:
                 self._runs.pop(run.job_id, None)
         proc.finish()
         return self._outcome(run, proc, returncode)
+
+    def _gate(self, run: JobRun, curve: dict[str, Any] | None) -> Gate:
+        """``run``'s gate on this device's coordinator (not gated while ``curve`` is None). Raises CurveError."""
+        return Gate(SimpleNamespace(coordinator=self.coordinator,
+                                    link=SimpleNamespace(stop_requested=lambda _j, _p: run.stop_check())),
+                    SimpleNamespace(job=run.job_id, placement=run.placement, curve=curve))
+
+    def set_curve(self, job_id: int, curve: dict[str, Any]) -> None:
+        """Gate a job that started without a curve (a script job profiled as its run starts: Note [A script's
+        profile is the start of its run] in workers.runner) with ``curve`` from its next iteration start on: it
+        joins the coordinator as a new job does (its first iteration there held at its peak, Note [Warm-up
+        iteration] in workers.gate). Raises CurveError for a malformed curve, KeyError when the job is not here."""
+        from placement.curves import curve_from_dict
+
+        curve_from_dict(curve)  # raises CurveError naming the bad field, before anything changes
+        with self._lock:
+            self._runs[job_id].next_curve = curve
 
     def _supervise(self, run: JobRun, proc: JobProcess) -> int:
         s = self.settings
@@ -329,6 +344,10 @@ class DeviceAgent:
     def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
         run.phase = "wait"
         run.in_gate = True
+        if run.next_curve is not None and not run.gate.joined:  # between two iterations: none is in flight
+            run.curve, run.next_curve = run.next_curve, None
+            run.gate = self._gate(run, run.curve)
+            run.gate.join(run.job_id)
         # Held back by the plan, its cache may serve the others (Note [Yielding jobs]); only beside neighbours on
         # its coordinator: a job alone there is never held, and a neighbour outside the coordinator (an ungated,
         # greedy job) must not drain its cache at every iteration start.

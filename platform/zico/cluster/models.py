@@ -244,7 +244,8 @@ class PlacementQuerySet(models.QuerySet):
 
 
 class Placement(models.Model):
-    """Jobs co-located on one device under one sharing plan; written only by the scheduler.
+    """Jobs co-located on one device under one sharing plan; written only by the scheduler (which also opens
+    one for a script job alone, to be profiled as its run starts: :meth:`open_many` with ``profiling``).
 
     ``plan`` is the sharing plan as JSON, as ``placement.state.SharingPlan.to_dict()`` writes it
     (the placement package owns the schema): ``{"job_ids": [3, 5], "shifts_s": [0.0, 0.12],
@@ -302,8 +303,12 @@ class Placement(models.Model):
         return placement
 
     @classmethod
-    def open_many(cls, groups, *, actor=None) -> list:
+    def open_many(cls, groups, *, actor=None, profiling: bool = False) -> list:
         """Open many placements at once, with the checks and records of :meth:`open` for each.
+
+        ``profiling``: the jobs are ``queued`` script jobs without a curve, each to be profiled as its run starts
+        (Note [A script's profile is the start of its run] in workers/runner.py); they move queued →
+        profiling (the device in ``Job.profiling_device``) instead of ready → placed.
 
         ``groups`` is a list of ``(device, jobs, plan)``; the result is aligned with it: the new
         Placement, or the PlacementError / IllegalTransition that refused that group (a refused
@@ -322,7 +327,7 @@ class Placement(models.Model):
             ValueError: a job appears in two groups.
         """
         from zico.jobs.models import Event, Job
-        from zico.jobs.transitions import ON_DEVICE, JobStatus, transition_many
+        from zico.jobs.transitions import JobStatus, on_device_q, transition_many
         from zico.tenants.models import Tenant
 
         groups = [(device, list(jobs), plan or {}) for device, jobs, plan in groups]
@@ -336,20 +341,21 @@ class Placement(models.Model):
                        .filter(pk__in={d.pk for d, _, _ in groups}).order_by("pk")}
             # tenants of the jobs already placed or running on these devices, per device
             on_dev: dict[int, set[int]] = {}
-            for dev_id, tenant_id in (Job.objects.filter(status__in=ON_DEVICE, placements__device__in=list(devices),
+            for dev_id, tenant_id in (Job.objects.filter(on_device_q(), placements__device__in=list(devices),
                                                          placements__ended_at__isnull=True)
                                       .values_list("placements__device_id", "tenant_id").order_by().distinct()):
                 on_dev.setdefault(dev_id, set()).add(tenant_id)
             tenant_ids = {j.tenant_id for _, jobs, _ in groups for j in jobs} | set().union(*on_dev.values())
             # Locked, so two placements on different devices cannot both slip under a running-jobs quota.
             tenants = {t.pk: t for t in Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk")}
-            counts = dict(Job.objects.filter(tenant_id__in=tenant_ids, status__in=ON_DEVICE)
+            counts = dict(Job.objects.filter(on_device_q(), tenant_id__in=tenant_ids)
                           .values_list("tenant_id").annotate(n=models.Count("pk")).order_by())
             status = dict(Job.objects.select_for_update().filter(pk__in=all_ids).order_by("pk")
                           .values_list("pk", "status"))
             accepted = []
             for i, (device, jobs, plan) in enumerate(groups):
-                out[i] = err = cls._refusal(devices.get(device.pk), jobs, tenants, on_dev, counts, status)
+                out[i] = err = cls._refusal(devices.get(device.pk), jobs, tenants, on_dev, counts, status,
+                                            JobStatus.QUEUED if profiling else JobStatus.READY)
                 if err is None:
                     dev = devices[device.pk]
                     on_dev.setdefault(dev.pk, set()).update(j.tenant_id for j in jobs)
@@ -369,18 +375,20 @@ class Placement(models.Model):
                 involved = sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))
                 events += cls._placement_events(placement, jobs, involved, tenants, actor)
             cls.jobs.through.objects.bulk_create(links)
-            transition_many(moved, JobStatus.PLACED, actor=actor, devices_by_job=dev_of, details_by_job=det_of)
+            transition_many(moved, JobStatus.PROFILING if profiling else JobStatus.PLACED, actor=actor,
+                            devices_by_job=dev_of, details_by_job=det_of,
+                            reason="placed alone to be profiled as its run starts" if profiling else "")
             Event.objects.bulk_create(events)
         return out
 
     @staticmethod
-    def _refusal(dev, jobs, tenants, on_dev, counts, status):
+    def _refusal(dev, jobs, tenants, on_dev, counts, status, expected: str = "ready"):
         """Why :meth:`open_many` refuses one group (an exception to return), or None: the placement
         rules (see :meth:`open`), judged on the state read under locks plus the groups accepted before.
 
         ``dev`` is the locked Device or None (gone); ``tenants`` maps id -> Tenant; ``on_dev`` maps
         device id -> ids of the tenants with jobs on it; ``counts`` maps tenant id -> jobs placed or
-        running; ``status`` maps job id -> its locked status.
+        running; ``status`` maps job id -> its locked status, which must be ``expected``.
         """
         from zico.jobs.transitions import IllegalTransition, JobStatus
 
@@ -399,8 +407,9 @@ class Placement(models.Model):
                 return PlacementError(f"jobs: tenant {t.slug} would have {counts.get(t.pk, 0) + adding} jobs placed "
                                       f"or running, over its quota of {t.max_running_jobs}")
         for j in jobs:
-            if status.get(j.pk) != JobStatus.READY:
-                return IllegalTransition(j.pk, status.get(j.pk, "missing"), JobStatus.PLACED)
+            if status.get(j.pk) != expected:
+                return IllegalTransition(j.pk, status.get(j.pk, "missing"),
+                                         JobStatus.PLACED if expected == JobStatus.READY else JobStatus.PROFILING)
         return None
 
     @staticmethod
@@ -427,20 +436,28 @@ class Placement(models.Model):
     def is_active(self) -> bool:
         return self.ended_at is None
 
-    def run_spec(self, job, curve: dict) -> dict:
+    def run_spec(self, job, curve: dict | None) -> dict:
         """The JSON spec of ``zico.device.run_job`` for ``job`` in this placement (zico_contracts.specs.RunSpec):
         workload, params, placement id, ``run_token`` (str), the job's memory ``curve``, the ``plan`` and
         ``job_created_at`` (ISO 8601; names the job across deployments for its checkpoints), ``tenant`` (its id:
         the device's pool scrubs memory that moves between tenants); for a job with
-        code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...). Raises
-        zico_contracts.specs.SpecError naming the field when the spec would be refused by the worker."""
+        code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...). A script
+        job without a curve (``curve`` None) is profiled as its run starts: ``profile`` carries
+        ``time_limit_s`` (``settings.ZICO_PROFILE_TIME_LIMIT_S``; Note [A script's profile is the start of its
+        run] in workers/runner.py). Raises zico_contracts.specs.SpecError naming the field when the spec would
+        be refused by the worker."""
+        from django.conf import settings
+
         from zico.jobs.code import code_spec
         from zico_contracts.specs import RunSpec
 
+        profile = None
+        if curve is None and job.code_id is not None:
+            profile = {"time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
         return RunSpec(job=job.pk, workload=job.workload, params=job.params or {}, placement=self.pk,
                        run_token=str(self.run_token), curve=curve, plan=self.plan,
                        job_created_at=job.created_at.isoformat(), tenant=job.tenant_id,
-                       code=code_spec(job)).to_dict()
+                       code=code_spec(job), profile=profile).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
         """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,

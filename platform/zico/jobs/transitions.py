@@ -16,6 +16,9 @@ The other moves a real cluster needs, and why:
 * lost → queued           the job is requeued and resumes from its last checkpoint
 * placed → ready          the scheduler unplaces a job before it starts (device drained or budget lowered);
                           its curve stays valid, so it goes back to ready rather than queued
+* profiling → running     a script job profiled as its run starts (in a placement of its own) has its curve
+                          measured and goes on training (Note [A script's profile is the start of its run]
+                          in workers/runner.py)
 succeeded, failed and cancelled are terminal: nothing leaves them.
 
 Every move runs in one transaction: the job row is locked (SELECT … FOR UPDATE), its *current*
@@ -57,7 +60,7 @@ ON_DEVICE = frozenset({S.PLACED, S.RUNNING})
 # The one table of legal moves: from-status -> statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.PROFILING, S.READY, S.CANCELLED, S.FAILED}),
-    S.PROFILING: frozenset({S.READY, S.CANCELLED, S.FAILED, S.LOST}),
+    S.PROFILING: frozenset({S.READY, S.RUNNING, S.CANCELLED, S.FAILED, S.LOST}),
     S.READY: frozenset({S.PLACED, S.CANCELLED, S.FAILED}),
     S.PLACED: frozenset({S.RUNNING, S.READY, S.CANCELLED, S.FAILED, S.LOST}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST}),
@@ -66,6 +69,21 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
+
+
+def on_device_q(prefix: str = ""):
+    """A Q for the jobs that hold (or are about to hold) memory on a device: placed or running, or profiling
+    in a placement of their own (a script job whose profile is the start of its run). ``prefix`` reaches the
+    job through a relation (``"jobs__"``). A subquery, not a join, so counts stay one row per job."""
+    from django.db.models import Q
+
+    from zico.cluster.models import Placement
+
+    in_placement = Placement.jobs.through.objects.filter(placement__ended_at__isnull=True).values("job_id")
+    return Q(**{f"{prefix}status__in": ON_DEVICE}) | Q(**{f"{prefix}status": S.PROFILING,
+                                                           f"{prefix}pk__in": in_placement})
+
+
 CANCELLABLE = frozenset(s for s, targets in TRANSITIONS.items() if S.CANCELLED in targets)
 
 

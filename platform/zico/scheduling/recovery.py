@@ -10,7 +10,8 @@ Note [Scheduler restarts]
 
     The database does not say whether the send happened, so the first round of every scheduler process
     resends the task of each job still ``placed`` (``run_job`` with the *same* placement, curve and plan)
-    or ``profiling`` (``profile_job``). A duplicate is harmless by the workers' contract: a ``run_job`` for
+    or ``profiling`` (``profile_job``; for a script job profiled as its run starts, in a placement of its
+    own, that placement's ``run_job`` with its profile). A duplicate is harmless by the workers' contract: a ``run_job`` for
     a job already running in that worker raises before touching it, one for a finished run of the same
     placement is ignored (``done`` key), and a second curve for a job already ``ready`` is only stored.
     No job changes status here, so no job can be placed twice; the resend is recorded as a ``placement``
@@ -63,7 +64,17 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
                                          "reason": reason}))
     profiling = list(Job.objects.filter(status=JobStatus.PROFILING).select_related("profiling_device__node")
                      .order_by("pk"))
+    in_run = dict(Placement.jobs.through.objects.filter(job__in=profiling, placement__ended_at__isnull=True)
+                  .values_list("job_id", "placement_id"))
+    runs = Placement.objects.select_related("device__node").in_bulk(set(in_run.values()))
     for job in profiling:
+        if job.pk in in_run:  # a script job profiled as its run starts: its run_job, with its profile
+            placement = runs[in_run[job.pk]]
+            outbox.append((run_task, job.pk, placement.device.queue, [job.pk, placement.run_spec(job, None)]))
+            events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=placement.device,
+                                details={"action": RESENT, "task": run_task, "placement": placement.pk,
+                                         "reason": reason}))
+            continue
         device = job.profiling_device  # the column set by the move to profiling
         if device is None:
             log.warning("job %s is profiling on an unknown device; not resent", job.pk)

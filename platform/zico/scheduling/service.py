@@ -11,7 +11,9 @@ One round:
 2. moves ``queued`` jobs on (bulk moves): to ``ready`` when a curve is stored or an identical job's
    is copied, to ``failed`` when an identical job's remembered profiling failure or a stored estimate
    says it can never run (Note [Known memory needs] in zico.jobs.known), else to ``profiling`` with a
-   ``zico.device.profile_job`` task on a device queue; with background estimates
+   ``zico.device.profile_job`` task on a device queue — or, a script job (a job with code), alone in a
+   placement of its own with a ``zico.device.run_job`` that profiles it as its run starts (Note [A script's
+   profile is the start of its run] in workers/runner.py); with background estimates
    (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
@@ -26,7 +28,8 @@ One round:
 
 Task arguments (zico_contracts.specs, the classes both sides use):
 ``run_job(job_id, Placement.run_spec(...))`` (a ``RunSpec``) and
-``profile_job(job_id, Job.profile_spec())`` (a ``ProfileSpec``).
+``profile_job(job_id, Job.profile_spec())`` (a ``ProfileSpec``). A script job's first
+``run_job`` has ``"curve": None`` and ``"profile": {"time_limit_s"}`` (Placement.run_spec).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count, OuterRef, Subquery
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
@@ -44,7 +48,8 @@ from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs import known
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import JobStatus, transition_many, try_transition
+from zico.jobs.transitions import JobStatus, on_device_q, transition_many, try_transition
+from zico.tenants.models import Tenant
 from zico_contracts import tasks
 
 from . import waiting
@@ -221,6 +226,8 @@ class Scheduler:
         if held:
             res.waiting.update({j.pk: why for j, why in held})
             waiting.record(held, JobStatus.QUEUED)
+        self._profile_as_runs([j for j in left if j.code_id is not None], res)
+        left = [j for j in left if j.code_id is None]
         profiler = _profiling_device() if left else None
         if profiler is None:
             if left:  # no online device to profile on
@@ -235,6 +242,51 @@ class Scheduler:
                                [job.pk, job.profile_spec()]))
             if self.estimates is not None and job.pk not in estimated:
                 self.estimates.want(job.workload, job.params or {}, job.pk)
+
+    def _profile_as_runs(self, jobs: list[Job], res: RoundResult) -> None:
+        """Script jobs without a curve (queue order), each in a placement of its own, queued -> profiling, with
+        a ``run_job`` that profiles it as its run starts (Note [A script's profile is the start of its run] in
+        workers/runner.py). Where (Note [Where a script is profiled]): a device that runs nothing, or, for a job
+        with its own ``budget_bytes``, one whose jobs are all of known memory and leave that many bytes of its
+        budget beside their peaks; tenancy and quota as for any placement; one profile per device and round.
+        The others wait with why."""
+        if not jobs:
+            return
+        rooms, blind = _devices_to_profile_on()
+        busy: list[tuple[str, float, str]] = []  # taken by this round's profiles
+        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in={j.tenant_id for j in jobs}
+                                                          | {t for r in rooms for t in r.tenants})}
+        on_device = dict(Job.objects.filter(on_device_q(), tenant_id__in=[j.tenant_id for j in jobs])
+                         .values_list("tenant_id").annotate(n=Count("pk")).order_by())
+        groups, waits = [], []
+        for job in jobs:
+            tenant = tenants[job.tenant_id]
+            if on_device.get(tenant.pk, 0) >= tenant.max_running_jobs:
+                waits.append((job, reasons.quota("jobs", on_device.get(tenant.pk, 0), tenant.max_running_jobs)))
+                continue
+            fit = next((r for r in rooms if r.takes(job, tenant, tenants)), None)
+            if fit is None:
+                taken = [(str(r.device), float(r.device.budget_bytes), f"running {r.jobs} job(s), "
+                          f"{int(r.peak_bytes)} bytes of peaks (a job is profiled alone there unless its own "
+                          "budget fits beside them)") for r in rooms]
+                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy + taken)))
+                continue
+            rooms.remove(fit)
+            busy.append((str(fit.device), float(fit.device.budget_bytes), f"profiling job {job.pk}"))
+            on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
+            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
+                                               "budget_bytes": fit.device.budget_bytes}))
+        opened = Placement.open_many(groups, profiling=True) if groups else []
+        for (device, [job], _), got in zip(groups, opened):
+            if isinstance(got, Placement):
+                res.profiling.append(job.pk)
+                res.outbox.append((RUN_TASK, job.pk, device.queue, [job.pk, got.run_spec(job, None)]))
+            else:
+                log.info("profiling placement of job %s on %s refused: %s", job.pk, device, got)
+                waits.append((job, reasons.placement_refused(str(device))))
+        if waits:
+            res.waiting.update({j.pk: why for j, why in waits})
+            waiting.record(waits, JobStatus.QUEUED)
 
     def _known_needs(self, jobs: list[Job], res: RoundResult) -> tuple[list[Job], set[int]]:
         """Queued jobs without a curve of their own, judged on what is stored about identical jobs and the
@@ -265,7 +317,7 @@ class Scheduler:
         estimates: dict[tuple[str, str], object] = {}
         estimated: set[int] = set()
         for j in jobs:
-            if j.pk in failures:
+            if j.pk in failures or j.code_id is not None:  # a script has no CPU estimate
                 continue
             key = known.params_key(j.workload, j.params)
             if key not in estimates:
@@ -397,10 +449,63 @@ def _unlock_round() -> None:
         log.warning("could not release the scheduling lock explicitly", exc_info=True)
 
 
-def _unavailable_devices() -> list[tuple[str, float, str]]:
-    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason."""
+def _unavailable_devices(blind: set[int] = frozenset()) -> list[tuple[str, float, str]]:
+    """Registered devices no job can go to now, ``(label, budget bytes, why)``, for a reason; ``blind``: devices
+    running a job of unknown memory."""
     return [(str(d), float(d.budget_bytes), why) for d in Device.objects.select_related("node")
-            if (why := unavailable_reason(d))]
+            if (why := unavailable_reason(d, blind))]
+
+
+@dataclass
+class _Room:
+    """A device where a script job may be profiled as its run starts, and what runs there: the tenants, how many
+    jobs and the sum of their curves' peaks (bytes)."""
+
+    device: Device
+    tenants: set[int] = field(default_factory=set)
+    jobs: int = 0
+    peak_bytes: float = 0.0
+
+    def takes(self, job: Job, tenant, tenants: dict) -> bool:
+        """Note [Where a script is profiled]; tenancy as Placement._refusal judges it."""
+        if not (self.tenants <= {tenant.pk} or (tenant.allow_cross_tenant_colocation and all(
+                tenants[t].allow_cross_tenant_colocation for t in self.tenants))):
+            return False
+        return self.jobs == 0 or (job.budget_bytes is not None
+                                  and self.device.budget_bytes - self.peak_bytes >= job.budget_bytes)
+
+
+def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
+    """Online devices with a budget that run no job of unknown memory (none placed, running or profiling there
+    without a stored curve), as rooms; GPUs first, then the fewest jobs. Also the ids of the devices left out
+    for a job of unknown memory. Two queries.
+
+    Note [Where a script is profiled]
+        A script job's profile is the start of its run, and until its curve is known the device's
+        coordinator cannot gate it: only the pool's budget holds it. So it starts where that cannot squeeze
+        anyone: on a device that runs nothing (it is profiled alone), or, when the job has its own
+        ``budget_bytes`` (``zico submit --budget``: the most it may hold), beside jobs of known memory that
+        leave at least that much of the device budget beside the sum of their peaks. No job is placed beside
+        it until its curve is stored (the snapshot leaves a device running a job of unknown memory out);
+        then it is gated as a new job, and the scheduler plans the next jobs with its curve.
+    """
+    latest_peak = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id").values("peak_bytes")
+    rooms: dict[int, _Room] = {d.pk: _Room(d) for d in Device.objects.filter(
+        status=Status.ONLINE, node__status=Status.ONLINE, budget_bytes__gt=0).select_related("node")}
+    blind: set[int] = set()
+    for dev_id, tenant_id, peak in (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
+                                    .annotate(peak=Subquery(latest_peak[:1]))
+                                    .values_list("placements__device_id", "tenant_id", "peak")):
+        if peak is None:
+            blind.add(dev_id)
+        room = rooms.get(dev_id)
+        if room is not None:
+            room.tenants.add(tenant_id)
+            room.jobs += 1
+            room.peak_bytes += float(peak or 0)
+    out = sorted((r for pk, r in rooms.items() if pk not in blind),
+                 key=lambda r: (r.device.kind != Device.Kind.GPU, r.jobs, r.device.pk))
+    return out, blind
 
 
 def _profiling_device() -> Device | None:

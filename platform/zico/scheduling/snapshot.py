@@ -18,7 +18,7 @@ from placement.curves import CurveError, MemoryCurve, curve_from_dict
 from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
 from zico.cluster.models import Device, Status
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import ON_DEVICE, JobStatus
+from zico.jobs.transitions import JobStatus, on_device_q
 from zico.tenants.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,8 @@ def unavailable_reason(d: Device, blind: frozenset[int] | set[int] = frozenset()
 def take_snapshot(now=None) -> Snapshot:
     """Build the policy's view of the cluster from the database.
 
-    Devices: online, budget > 0, with every job placed or running on them (a device with such
-    a job lacking a usable curve is left out: its memory use is unknown). Queued: ``ready``
+    Devices: online, budget > 0, with every job placed or running on them, or profiling there as its run
+    starts (a device with such a job lacking a usable curve is left out: its memory use is unknown). Queued: ``ready``
     jobs with a curve; a ready job whose peak exceeds its own ``budget_bytes`` or every registered
     device's budget is listed in ``unplaceable`` instead (the round fails it with that reason).
     """
@@ -138,7 +138,7 @@ def take_snapshot(now=None) -> Snapshot:
     tenants = {t.pk: TenantState(t.pk, weight=t.share_weight, allow_cross_tenant=t.allow_cross_tenant_colocation,
                                  max_running_jobs=t.max_running_jobs, usage_byte_seconds=usage.get(t.pk, 0.0))
                for t in Tenant.objects.all()}
-    resident = list(Job.objects.filter(status__in=ON_DEVICE, placements__ended_at__isnull=True)
+    resident = list(Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
                     .values_list("pk", "placements__device_id").distinct())
     ready = list(Job.objects.filter(status=JobStatus.READY))
     curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])

@@ -118,13 +118,17 @@ def on_job_started(msg: dict[str, Any], r) -> None:
     job = _job(msg)
     if job is None:
         return
-    if not _current_run(job, msg) or job.status not in (S.PLACED, S.RUNNING):
+    # a script job profiled as its run starts stays ``profiling`` until its curve comes (on_profile_done)
+    if not _current_run(job, msg) or job.status not in (S.PLACED, S.RUNNING, S.PROFILING) or (
+            job.status == S.PROFILING and msg.get("placement") is None):
         log.warning("aborting stale run of job %s (placement %s, job is %s)", job.pk, msg.get("placement"), job.status)
         r.set(keys.abort_key(job.pk, msg.get("placement")), "stale", ex=keys.CANCEL_TTL_S)
         return
     dev = device_for(msg["device"])
     if job.status == S.PLACED:
         try_transition(job, S.RUNNING, device=dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
+    elif job.status == S.PROFILING:
+        Job.objects.filter(pk=job.pk, started_at__isnull=True).update(started_at=_dt(msg["t"]))
     if msg.get("iterations") is not None:
         Job.objects.filter(pk=job.pk).update(total_iterations=int(msg["iterations"]))
 
@@ -217,8 +221,11 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if status not in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
         log.warning("job %s: unknown outcome %r", job.pk, status)
         return
-    if job.status == S.PLACED and status != S.CANCELLED:
-        try_transition(job, S.RUNNING, device=dev)  # started message lost: the run did start
+    profiled = job.status == S.PROFILING  # a script job whose run ended before its profile did
+    if job.status in (S.PLACED, S.PROFILING) and status != S.CANCELLED:
+        try_transition(job, S.RUNNING, device=dev)  # started message lost, or no curve came: the run did start
+    if profiled and status == S.FAILED:
+        _remember_profile_failure(job, str(msg.get("reason") or ""), dev)
     if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
         Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
     else:
@@ -230,28 +237,58 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     archive_log(job, r)  # the run's output lines, from its Redis stream (Note [A job's log, live then stored])
 
 
+def _profile_failure(error: str, dev: Device | None, job: Job) -> dict | None:
+    """What to remember of ``job``'s failed profile (zico.jobs.known.profile_failure), judged with whether other
+    jobs were on the device."""
+    from zico.jobs.known import profile_failure
+
+    others = dev is not None and Job.objects.filter(status__in=[S.PLACED, S.RUNNING], placements__device=dev,
+                                                    placements__ended_at__isnull=True).exclude(pk=job.pk).exists()
+    return profile_failure(error[:1500], dev, others)
+
+
+def _remember_profile_failure(job: Job, reason: str, dev: Device | None) -> None:
+    """A script job that failed before its profile was complete: remembered as a profiling failure (Note [Known
+    memory needs] in zico.jobs.known), so an identical job is refused instead of started again."""
+    failure = _profile_failure(readable_reason(reason), dev, job)
+    if failure:
+        Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), "profile_failure": failure})
+        job.metrics = {**(job.metrics or {}), "profile_failure": failure}
+
+
 def on_profile_done(msg: dict[str, Any], r) -> None:
-    """Store a profile's curve (profiling -> ready), or fail the job with the profiling error; a failure that
-    predicts an identical job's is remembered in the job's metrics (``profile_failure``, Note [Known memory
-    needs] in zico.jobs.known), so identical jobs are refused instead of profiled again."""
+    """Store a profile's curve, or fail the job with the profiling error; a failure that predicts an identical
+    job's is remembered in the job's metrics (``profile_failure``, Note [Known memory needs] in
+    zico.jobs.known), so identical jobs are refused instead of profiled again.
+
+    A profile with ``placement`` is a script job's, measured as its run starts (Note [A script's profile is the
+    start of its run] in workers/runner.py): its curve moves the job profiling -> running (the run goes on);
+    its error fails the job and stops the run. Without one it is ``profile_job``'s: profiling -> ready."""
     job = _job(msg)
     if job is None:
         return
+    in_run = msg.get("placement") is not None
+    if in_run and not _current_run(job, msg):
+        log.info("ignoring the profile of a stale run of job %s", job.pk)
+        return
+    dev = device_for(msg["device"])
     if msg.get("error"):
-        from zico.jobs.known import profile_failure
-
-        dev = device_for(msg["device"])
         error = readable_reason(str(msg["error"]))
-        others = dev is not None and Job.objects.filter(status__in=[S.PLACED, S.RUNNING], placements__device=dev,
-                                                        placements__ended_at__isnull=True).exists()
-        failure = profile_failure(error[:1500], dev, others)
+        failure = _profile_failure(error, dev, job)
         if try_transition(job, S.FAILED, reason=f"profiling failed: {error}"[:2000], device=dev,
                           metrics={"profile_failure": failure} if failure else None):
+            if in_run:
+                keys.request_cancel(r, job.pk)  # the run goes on without its curve: stop it
             archive_log(job, r)  # a command job's output while profiled (its traceback) is its log
         return
     MemoryProfile.record(job, msg["curve"])
     if job.status == S.PROFILING:
-        try_transition(job, S.READY, device=device_for(msg["device"]))
+        if in_run:
+            try_transition(job, S.RUNNING, device=dev, placement=int(msg["placement"]),
+                           reason=f"memory curve measured from its first {msg.get('iterations') or 'few'} "
+                                  "iterations; the run goes on")
+        else:
+            try_transition(job, S.READY, device=dev)
 
 
 def on_telemetry_gap(msg: dict[str, Any], r) -> None:

@@ -1,0 +1,157 @@
+"""Three plain PyTorch scripts (tests/integration/scripts/: an MLP with Adam, an LSTM with gradient clipping and
+SGD, a Transformer with gradient accumulation under bf16 autocast; none uses any Zico API), submitted with
+`zico submit` to a running stack, each profiled as its run starts (it runs once: its first step is printed once),
+co-located on the one device, and followed with `zico logs -f`; then submitted again, their stored curves reused,
+and co-located under a device budget below the sum of their solo peaks.
+
+Real PostgreSQL, real Redis (private), a real web server, and the real processes: control consumer, scheduler
+service and one CPU device worker, started the documented way.
+
+Settings tuned for the test: ``OMP_NUM_THREADS=1`` in each job's environment (one intra-op thread per job: three
+jobs on the test machine's two cores would otherwise oversubscribe them, and a step took 10x longer);
+``ZICO_MAX_SLOWDOWN=4`` for the scheduler, so that a group of three short jobs whose time shifts stretch them is
+still placed together on the one device (the default limit keeps a group only when each job slows less); the
+first round's jobs carry their own budget (``--budget 64MiB``, the floor), so a script may be profiled beside
+jobs of known memory that leave it that much (Note [Where a script is profiled] in zico.scheduling.service).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from django.db.models import Max
+
+from workers.testing import stop_process
+from zico.cluster.models import Device
+from zico.jobs.models import Job, MemoryProfile
+from zico.telemetry.models import TimelinePoint
+from zico.tenants.models import ApiToken
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+REPO = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+COMMANDS = {"mlp": ["python", "mlp_adam.py", "--steps", "30"],
+            "lstm": ["python", "lstm_clip_sgd.py", "--steps", "30"],
+            "transformer": ["python", "transformer_accum_bf16.py", "--steps", "30"]}
+
+
+def zico(home: Path, *args: str, timeout: float = 120, popen: bool = False):
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    argv = [sys.executable, "-m", "zico_cli", *args]
+    if popen:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def submit(home: Path, project: Path, name: str, *options: str) -> int:
+    out = zico(home, "submit", "--json", "--name", name, "--env", "OMP_NUM_THREADS=1", *options, str(project), "--",
+               *COMMANDS[name])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["job"]["id"]
+
+
+def follow(home: Path, job_ids: dict[str, int]) -> dict[str, subprocess.Popen]:
+    return {name: zico(home, "logs", "-f", str(pk), popen=True) for name, pk in job_ids.items()}
+
+
+def followed(procs: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str]]:
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        out[name] = (proc.returncode, stdout + stderr)
+    return out
+
+
+def seconds_running(job_ids) -> dict[int, set[int]]:
+    """The stored timeline's seconds at which each job held memory on the device."""
+    seen: dict[int, set[int]] = defaultdict(set)
+    for job_id, second in TimelinePoint.objects.filter(job_id__in=list(job_ids), reserved_bytes__gt=0) \
+            .values_list("job_id", "second"):
+        seen[job_id].add(second)
+    return seen
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
+def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budget_below_their_peaks(
+        stack, waiter, tenant_owner, live_server, tmp_path, settings):
+    stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
+                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_MAX_SLOWDOWN="4",
+                     ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
+    settings.ZICO_WORKER_API_URL = live_server.url
+    stack.consumer(lost_after_s=15)
+    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "4", "--loglevel", "INFO")
+    device = stack.registered_device()
+    _, owner = tenant_owner
+    _, secret = ApiToken.issue(owner, "cli")
+    project = tmp_path / "project"
+    shutil.copytree(SCRIPTS, project, ignore=shutil.ignore_patterns("__pycache__"))
+    home = tmp_path / "home"
+    home.mkdir()
+    assert zico(home, "login", live_server.url, "--token", secret).returncode == 0
+    ended = ("succeeded", "failed", "cancelled")
+
+    # Round 1: new code. Each script is profiled as its run starts and runs once.
+    first = {name: submit(home, project, name, "--budget", "64MiB") for name in COMMANDS}
+    scheduler = stack.scheduler("--interval", "1")
+    logs = follow(home, first)
+    waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in first.values()), 300, "round 1 to end")
+    shown = followed(logs)
+    jobs = {n: Job.objects.get(pk=i) for n, i in first.items()}
+    peaks = {}
+    for name, job in jobs.items():
+        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker.log")[-3000:])
+        [profile] = MemoryProfile.objects.filter(job=job)
+        assert profile.source == "allocator-trace" and profile.peak_bytes > 0
+        peaks[name] = profile.peak_bytes
+        rc, text = shown[name]
+        assert rc == 0, text
+        # the run was not restarted to be profiled: its first step and its end were printed once each
+        assert text.count(f"{name} step 0 loss") == 1 and text.count(f"{name} done: 30 steps") == 1, text
+        assert "profiling: the memory of the first 4 iterations is measured; the run goes on" in text
+        assert job.metrics["iterations_done"] == 30
+        assert job.placements.count() == 1  # one placement: the profile and the run are one
+    together = seconds_running(first.values())
+    overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)
+    assert overlap >= 1, "no two of the new scripts ran on the device at the same time"
+
+    # Round 2: the same code and commands again, under a budget below the sum of their solo peaks.
+    stop_process(scheduler)  # so that the three are ready in one round and planned as one group
+    budget = max(int(0.8 * sum(peaks.values())) // MiB * MiB, 64 * MiB)
+    assert max(peaks.values()) < budget < sum(peaks.values()), (peaks, budget)
+    Device.objects.get(pk=device.pk).set_budget(budget)
+    t_budget = time.time()
+    waiter(lambda: TimelinePoint.objects.filter(device=device, job__isnull=True, budget_bytes=budget).exists(), 60,
+           "the worker to apply the lower budget")
+    again = {name: submit(home, project, name) for name in COMMANDS}
+    stack.scheduler("--interval", "1", log="scheduler2.log")
+    logs = follow(home, again)
+    waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in again.values()), 300, "round 2 to end")
+    shown = followed(logs)
+    reruns = {n: Job.objects.get(pk=i) for n, i in again.items()}
+    for name, job in reruns.items():
+        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker.log")[-3000:])
+        moves = [e.details.get("reason") for e in job.events.filter(kind="status_change")]
+        assert "memory curve of an identical job reused; not profiled" in moves, moves
+        assert job.profiles.get().peak_bytes == peaks[name]  # the stored curve, not measured again
+        rc, text = shown[name]
+        assert rc == 0 and text.count(f"{name} step 0 loss") == 1 and "profiling:" not in text, text
+    plans = [p.plan for j in reruns.values() for p in j.placements.all()]
+    group = max(plans, key=lambda plan: len(plan.get("job_ids", [])))
+    assert len(group["job_ids"]) >= 2, plans  # co-located by the scheduler's plan
+    assert group["sum_of_peaks_bytes"] > group["budget_bytes"] >= group["predicted_peak_bytes"], group
+    together = seconds_running(again.values())
+    shared = [s for s in set().union(*together.values()) if sum(s in t for t in together.values()) >= 2]
+    assert shared, "no two of the reruns ran on the device at the same time"
+    device_peak = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_budget) + 1) \
+        .aggregate(m=Max("reserved_bytes"))["m"]
+    assert 0 < device_peak <= budget < sum(peaks.values()), (device_peak, budget, peaks)
+    print(f"solo peaks {peaks} (sum {sum(peaks.values())}), budget {budget}, device peak reserved {device_peak}, "
+          f"largest group {len(group['job_ids'])} jobs, predicted peak {group['predicted_peak_bytes']}, "
+          f"{len(shared)} s with two or more jobs running")
