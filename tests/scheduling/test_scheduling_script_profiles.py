@@ -131,7 +131,7 @@ def test_a_worker_lost_while_it_profiles_a_script_requeues_it_to_be_profiled_aga
 
 def test_a_profile_the_worker_could_not_build_fails_the_job_and_stops_its_run(cluster, tenant, make_script_job,
                                                                              broker):
-    from zico.telemetry import keys
+    from zico_contracts import keys
 
     script = make_script_job(tenant)
     Scheduler().run_round()
