@@ -10,7 +10,7 @@ from workers.link import Link
 from workers.runner import RunSpec, _Relay
 from zico_contracts.codejob import CodeSpec
 from workers.testing import RedisServer
-from zico.telemetry import keys
+from zico_contracts import keys
 
 
 @pytest.fixture
