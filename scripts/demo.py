@@ -182,6 +182,9 @@ def main() -> None:
             "scripts/demo.py)")
     log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
     curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
+    profiles_path = var_dir / "demo-profiles.json"  # what the plan below was chosen from, to replay a run's choice
+    profiles_path.write_text(json.dumps({"curves": [c.to_dict() for c in curves], "reserved": reserved}))
+    log(f"solo profiles written to {profiles_path}")
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated
     solo_reserved = sum(reserved)
     headroom = overhead_headroom(solo_sum, solo_reserved)
