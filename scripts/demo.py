@@ -46,12 +46,15 @@ PROFILE_STEADY = 8
 #   The scheduler co-locates jobs only where its plan predicts no job slows by more than ZICO_MAX_SLOWDOWN
 #   (default 1.6x: beyond that a tenant's job would do better waiting for a device of its own). On 2 CPU
 #   cores these two jobs' peaks cannot overlap under a budget below the sum of their peaks, so the gate lets
-#   the shorter job run about one iteration per iteration of the longer one, and the plan predicts it 1.2-2.8x
-#   slower, depending on how the machine's load stretches each job (measured over many runs of this demo).
-#   At 1.6x the scheduler accepts the pair only within a few MiB of the sum, or not at all. So the demo runs
-#   its scheduler with a limit of DEMO_MAX_SLOWDOWN, and says so; set ZICO_MAX_SLOWDOWN to override it
-#   (at 1.0 the demo's "placed together" check fails, as it must).
-DEMO_MAX_SLOWDOWN = "3.0"
+#   the shorter job run about one iteration per iteration of the longer one: its predicted slowdown is about
+#   the ratio of their iteration times, which the machine's load stretches. Since the simulator runs the
+#   agent's own per-job rules (placement.pacing), the plan predicts 2.5-2.9x for digits-cnn at the budgets
+#   below 338 MiB (six runs of this demo on a loaded machine), and measured slowdowns were 1.8-5.1x. At 1.6x the
+#   scheduler accepts the pair only near the sum, or not at all; at 3.0x it accepted it with a margin of a few
+#   per cent, and one run whose solo profiles were stretched by other work found no budget below the sum. So
+#   the demo runs its scheduler with a limit of DEMO_MAX_SLOWDOWN, and says so; set ZICO_MAX_SLOWDOWN to
+#   override it (at 1.0 the demo's "placed together" check fails, as it must).
+DEMO_MAX_SLOWDOWN = "4.0"
 STORED_WAIT_S = 20.0  # at most this long for the control consumer to store the device timeline past the end
 
 
