@@ -48,7 +48,7 @@ class Job(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                               related_name="jobs")
     name = models.CharField(max_length=200, blank=True)
-    workload = models.CharField(max_length=64, blank=True, help_text="key in workers.workloads.catalog; "
+    workload = models.CharField(max_length=64, blank=True, help_text="key in zico_workloads.catalog; "
                                                                     "empty for a job with code")
     params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     code = models.ForeignKey("jobs.CodeArchive", on_delete=models.RESTRICT, null=True, blank=True,
