@@ -8,6 +8,7 @@ that what a step costs can be told from what the machine's other work cost it.
 from __future__ import annotations
 
 import os
+import time
 
 
 def thread_ns(pid: int | str = "self", tid: int | None = None) -> tuple[int, int] | None:
@@ -29,7 +30,15 @@ def current_thread_ns() -> tuple[int, int]:
 
 
 def process_cpu_ns(pid: int | str = "self") -> int | None:
-    """Time on a CPU (ns) of every live thread of ``pid`` together; None when the process is gone."""
+    """Time on a CPU (ns) of process ``pid``; None when the process is gone.
+
+    For this process it is ``time.process_time_ns()`` (CLOCK_PROCESS_CPUTIME_ID), which keeps the time of
+    threads that have already ended; for another process, the sum over its live threads' ``schedstat`` (a
+    thread that ends between two readings takes its time with it, so a difference of two readings can
+    undercount: keep threads alive across a measured interval, as the job processes do).
+    """
+    if pid == "self" or pid == os.getpid():
+        return time.process_time_ns()
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
