@@ -18,6 +18,17 @@ Note [Profiling time limit]
     is released and ``profile_done`` carries the reason, so the job fails with it. An iteration is never
     interrupted, so a run ends at most one iteration after the limit; until then it holds the worker's
     profiling lock and one task slot. A spec without the key (an older web side) has no limit.
+
+Note [A stale profile run]
+    ``profile_job`` may come twice: a restarted scheduler resends the task of every job still ``profiling``,
+    because the database cannot say whether the dead one sent it (Note [Scheduler restarts] in
+    zico.scheduling.recovery). The second run waits for the profiling lock; by the time it holds it the web
+    side may have stored the first curve and placed the job, whose ``run_job`` then finds the job's (stale)
+    profile running here. The run supersedes it (``DeviceAgent.supersede_profile``: stopped like a cancel, and
+    the run starts once it has ended) and a superseded profile sends nothing. A stale profile that does send a
+    result changes nothing either: the control consumer stores a late curve and ignores a late error for a job
+    that is no longer ``profiling``. Before this, the run raised "already running", nothing ever sent it again,
+    and the job stayed ``placed``.
 """
 from __future__ import annotations
 
@@ -41,7 +52,7 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
     from placement.curves import curve_from_dict, summary
     from zico_contracts.specs import ProfileSpec
 
-    from .agent import JobRun
+    from .agent import SUPERSEDED, JobRun
 
     parsed = ProfileSpec.from_dict(job_id, spec)
     warmup, steady, limit = parsed.warmup_iterations, parsed.steady_iterations, parsed.time_limit_s
@@ -63,6 +74,9 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
             except (OSError, RuntimeError) as exc:
                 result = {"status": "failed",
                           "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}
+    if result["status"] == SUPERSEDED:  # Note [A stale profile run]
+        log.info("profile of job %s superseded by its run; nothing sent", job_id)
+        return {"job": job_id, "error": result["reason"]}
     error = None
     if result["status"] != "succeeded" or "curve" not in result:
         error = result.get("reason") or f"profile run ended {result['status']}"

@@ -46,6 +46,7 @@ from .gate import DelayTally
 log = logging.getLogger(__name__)
 
 DELAY_REASON = "coordinator gate (time shift)"
+SUPERSEDE_WAIT_S = 60.0  # longest wait for a stale profile run of the job to end (SIGTERM, then SIGKILL)
 
 
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
@@ -95,7 +96,9 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     from . import usercode
     from .agent import JobRun
 
-    if any(r.job_id == job_id for r in rt.agent.jobs()):  # a duplicate task: not even its directories are touched
+    # Note [A stale profile run] in workers.profiling: a profile of this job still running here is stale
+    if not rt.agent.supersede_profile(job_id, timeout_s=SUPERSEDE_WAIT_S):
+        # a duplicate task: not even its directories are touched
         raise RuntimeError(f"job {job_id} is already running on {rt.agent.device}")
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()

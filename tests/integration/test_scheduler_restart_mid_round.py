@@ -106,3 +106,28 @@ def test_a_scheduler_killed_while_jobs_are_queued_is_replaced_and_every_job_runs
         assert job.status == "succeeded", (job.pk, job.failure_reason)
         assert Placement.objects.filter(jobs=job).count() == 1  # never placed twice
     assert not Placement.objects.filter(jobs__in=ids, ended_at__isnull=True).exists()  # every placement closed
+
+
+def test_a_profile_sent_twice_before_a_restart_does_not_block_the_jobs_run(stack, waiter, tenant_owner):
+    """The killed scheduler's profile_job did reach the queue and the next scheduler resends it: the worker gets
+    two. The second profile may still be running when the job's run_job arrives: the run supersedes it (it is
+    stale: the web side has the curve), and its late result changes nothing, so the job runs once, to success."""
+    from celery import Celery
+
+    from zico_contracts import tasks
+
+    stack.consumer(lost_after_s=10)
+    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--slots", "2", "--loglevel", "INFO")
+    device = stack.registered_device()
+    tenant, owner = tenant_owner
+    job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn", params=PARAMS)
+    assert lost_round(device).profiling == [job.pk]
+    job.refresh_from_db()
+    Celery(broker=stack.env["CELERY_BROKER_URL"]).send_task(tasks.PROFILE_JOB, args=[job.pk, job.profile_spec()],
+                                                            queue=device.queue)  # what the dead one did send
+    stack.scheduler("--interval", "0.5")
+    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed"), 300, "the job to end")
+    job.refresh_from_db()
+    assert job.status == "succeeded", job.failure_reason
+    assert Placement.objects.filter(jobs=job).count() == 1
+    assert resent(job) == ["zico.device.profile_job"]

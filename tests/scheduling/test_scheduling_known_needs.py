@@ -193,3 +193,25 @@ def test_a_held_job_is_profiled_after_all_if_the_identical_profile_ends_without_
     Scheduler().run_round()
     first.transition("cancelled")  # a cancel says nothing about the workload
     assert Scheduler().run_round().profiling == [second.pk]
+
+
+def test_a_duplicate_profiles_late_result_changes_nothing_once_the_job_moved_on(cluster, tenant, settings):
+    """A restarted scheduler resends profile_job (Note [A stale profile run] in workers/profiling.py): the first
+    profile's curve made the job ready; the duplicate's late error is ignored (no failure, nothing remembered)
+    and its late curve is only stored."""
+    consumer = ControlConsumer(settings.REDIS_URL, name="stale-profile", block_ms=20)
+    device = cluster[0]
+    job = _job(tenant)
+    job.transition("profiling", device=device)
+    link = Link(settings.REDIS_URL, keys.device_key(device.kind, device.node.host, device.index))
+    curve = triangular_curve(GiB, 2 * GiB, 0.2).to_dict()
+    link.emit("profile_done", job=job.pk, curve=curve)
+    link.emit("profile_done", job=job.pk, error="RuntimeError: job 1 is already running on cpu")
+    link.emit("profile_done", job=job.pk, curve=curve)
+    link.flush()
+    for _ in range(6):
+        consumer.step()
+    job.refresh_from_db()
+    assert job.status == "ready" and job.failure_reason == ""
+    assert "profile_failure" not in (job.metrics or {})
+    assert MemoryProfile.objects.filter(job=job).count() == 2

@@ -12,8 +12,8 @@
 The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`
 (catalog jobs) or :mod:`workers.scriptproc` (a user's own script, spec :mod:`zico_contracts.userjob`).
 """
-from .agent import DeviceAgent, JobRun
+from .agent import SUPERSEDED, DeviceAgent, JobRun
 from .lock import DeviceLocked, lock_device
 from .settings import AgentSettings
 
-__all__ = ["DeviceAgent", "JobRun", "AgentSettings", "DeviceLocked", "lock_device"]
+__all__ = ["SUPERSEDED", "DeviceAgent", "JobRun", "AgentSettings", "DeviceLocked", "lock_device"]

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.25
 STOP_CHECK_S = 0.5
+SUPERSEDED = "superseded"  # stop status of a profile run that the job's run replaced (supersede_profile)
+STOP_REASONS = {"cancelled": "cancelled on request", SUPERSEDED: "superseded by the job's run (a stale profile)"}
 PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "profiled", "done", "log")
 
 
@@ -115,6 +117,7 @@ class DeviceAgent:
         self.coordinator = coordinator
         self._runs: dict[int, JobRun] = {}
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)  # notified whenever a run leaves ``_runs``
 
     @property
     def budget_bytes(self) -> int:
@@ -127,6 +130,20 @@ class DeviceAgent:
     def set_budget(self, budget_bytes: int) -> None:
         """The device budget (bytes) for the pool; the caller re-plans the coordinator."""
         self.pool.set_budget(budget_bytes)
+
+    def supersede_profile(self, job_id: int, timeout_s: float) -> bool:
+        """Stop job ``job_id``'s profile run here, if one runs, and wait until it has ended (Note [A stale
+        profile run] in workers.profiling). Returns True when no run of the job is here any more (none was, or the
+        profile ended within ``timeout_s`` seconds); False when a run (not a profile) is here, or the profile
+        outlived the wait."""
+        with self._ended:
+            run = self._runs.get(job_id)
+            if run is not None and run.profiling:
+                log.info("job %s: its profile run is superseded by its run", job_id)
+                run.stop_status = run.stop_status or SUPERSEDED
+            elif run is not None:
+                return False
+            return self._ended.wait_for(lambda: job_id not in self._runs, timeout=timeout_s)
 
     def user_code_refusal(self) -> str | None:
         """Why this agent cannot run user scripts (no bubblewrap, no namespaces), or None when it can."""
@@ -161,8 +178,7 @@ class DeviceAgent:
                 try:
                     box = sandbox.Sandbox.for_job(run.job_id, spec, self.settings)
                 except (userjob.SpecError, sandbox.SandboxUnavailable) as exc:
-                    with self._lock:
-                        self._runs.pop(run.job_id, None)
+                    self._forget(run.job_id)
                     log.warning("job %s: user script not started: %s", run.job_id, exc)
                     return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None,
                             "metrics": {}}
@@ -175,8 +191,7 @@ class DeviceAgent:
                               on_output=lambda stream, line: self._on_output(run, stream, line),
                               output_line_bytes=self.settings.output_line_bytes)
         except BaseException:
-            with self._lock:
-                self._runs.pop(run.job_id, None)
+            self._forget(run.job_id)
             self.pool.remove_job(run.job_id)
             raise
         run.pid = proc.pid
@@ -187,10 +202,14 @@ class DeviceAgent:
         finally:
             self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
             run.gate.leave(run.job_id)
-            with self._lock:
-                self._runs.pop(run.job_id, None)
+            self._forget(run.job_id)
         proc.finish()
         return self._outcome(run, proc, returncode)
+
+    def _forget(self, job_id: int) -> None:
+        with self._ended:
+            self._runs.pop(job_id, None)
+            self._ended.notify_all()
 
     def _gate(self, run: JobRun, curve: dict[str, Any] | None) -> Gate:
         """``run``'s gate on this device's coordinator (not gated while ``curve`` is None). Raises CurveError."""
@@ -384,7 +403,7 @@ class DeviceAgent:
         if run.done is not None and "curve" in run.done:  # a profile run's memory curve (workers.profiling)
             out["curve"] = run.done["curve"]
         if run.stop_status is not None and (run.done is None or run.done["status"] != "failed"):
-            reason = "cancelled on request" if run.stop_status == "cancelled" else "aborted (stale placement)"
+            reason = STOP_REASONS.get(run.stop_status, "aborted (stale placement)")
             if run.killed_reason:
                 reason += f" ({run.killed_reason})"
             return {**out, "status": run.stop_status, "reason": reason}

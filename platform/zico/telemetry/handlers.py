@@ -271,6 +271,10 @@ def on_profile_done(msg: dict[str, Any], r) -> None:
     if in_run and not _current_run(job, msg):
         log.info("ignoring the profile of a stale run of job %s", job.pk)
         return
+    if not in_run and job.status != S.PROFILING and msg.get("error"):
+        # a duplicate profile_job's (Note [A stale profile run] in workers/profiling.py): the job has moved on
+        log.info("ignoring the profiling error of job %s, which is %s: %s", job.pk, job.status, msg["error"])
+        return
     dev = device_for(msg["device"])
     if msg.get("error"):
         error = readable_reason(str(msg["error"]))
