@@ -301,10 +301,14 @@ class Scheduler:
                 MemoryProfile(job=j, source=p.source, curve=p.curve, peak_bytes=p.peak_bytes,
                               persistent_bytes=p.persistent_bytes, iteration_s=p.iteration_s)
                 for j in jobs if (p := reuse.get(j.pk)) is not None])
-            reusing = [j for j in jobs if j.pk in reuse]
+            reusing = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is not None]
             transition_many(reusing, JobStatus.READY, reason="memory curve of an identical job reused; not profiled",
                             details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
-            res.ready += [j.pk for j in reusing]
+            uploaded = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is None]
+            transition_many(uploaded, JobStatus.READY, reason="memory curve from a snapshot uploaded for this code "
+                                                              "and command; not profiled",
+                            details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
+            res.ready += [j.pk for j in reusing + uploaded]
         jobs = [j for j in jobs if j.pk not in reuse]
         if not jobs:
             return [], set()
