@@ -3,6 +3,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from .code import CodeArchiveViewSet
+from .curves import CurveViewSet
 from .devices import DeviceViewSet
 from .job_outputs import JobFileDownload
 from .jobs import JobViewSet
@@ -14,6 +15,7 @@ from .workloads import workload_list
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("code", CodeArchiveViewSet, basename="code")
+router.register("curves", CurveViewSet, basename="curve")
 router.register("devices", DeviceViewSet, basename="device")
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("tokens", TokenViewSet, basename="token")
