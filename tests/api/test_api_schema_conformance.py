@@ -126,6 +126,10 @@ def _bearer(user) -> APIClient:
 def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, schema, rates, tmp_path, settings,
                                                      torch_snapshot):
     settings.ZICO_CODE_DIR, settings.ZICO_JOB_FILES_DIR = tmp_path / "code", tmp_path / "jobfiles"
+    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
+    rdb = redis.Redis.from_url(settings.REDIS_URL)
+    for key in rdb.scan_iter("zico:estimate:*"):
+        rdb.delete(key)
     small, _ = devices
     owner, teammate, outsider, staff = (_bearer(getattr(personas, p)) for p in
                                         ("owner", "teammate", "outsider", "staff"))
@@ -218,6 +222,16 @@ def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, sc
     assert call(teammate, "get", "/api/curves/").json()["results"][0]["id"] == curve.json()["id"]
     call(teammate, "get", f"/api/curves/{curve.json()['id']}/")
     call(outsider, "get", f"/api/curves/{curve.json()['id']}/")
+    # estimates: asked of the scheduler (nothing stored in this test's cache), a bad param, an unknown workload
+    assert call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {"params": {"iterations": 5}}
+                ).status_code == 202
+    call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {"params": {"batch_size": "x"}})
+    call(teammate, "post", "/api/workloads/nope/estimate/", {})
+    call(_bearer(personas.viewer), "post", "/api/workloads/digits-cnn/estimate/", {})  # 403: submits nowhere
+    from zico_contracts import keys
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):  # nothing listens there
+        assert call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {}).status_code == 503
+    rdb.delete(keys.ESTIMATE_REQUESTS)
     # tenants, members, events
     call(owner, "get", "/api/tenants/")
     call(owner, "get", "/api/tenants/acme/")

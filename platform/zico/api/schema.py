@@ -11,6 +11,7 @@ Which operation documents which error:
 * 409 (the object's state refuses it): cancel of an ended job, a device budget under its running jobs, a snapshot
   for a job that is profiled, placed or running;
 * 413 (an upload over its size limit): a code archive, a worker's output file, a snapshot;
+* 503 (try again later, with ``Retry-After``): an estimate asked for while too many wait, or without Redis.
 
 The worker-facing paths (``/api/worker/...``, a job token instead of a user) document 403 on every method: a
 token for another job, or a job that ended too long ago.
@@ -38,6 +39,10 @@ TOO_LARGE = {("/api/code/", "post"): "the archive is over ZICO_CODE_MAX_BYTES",
              ("/api/curves/", "post"): "the snapshot is over ZICO_SNAPSHOT_MAX_BYTES",
              ("/api/worker/jobs/{id}/files/", "post"): "the file is over ZICO_OUTPUT_MAX_FILE_BYTES, or the job's "
                                                       "outputs over ZICO_OUTPUT_MAX_BYTES"}
+
+# (path, method) -> the 503 it may answer (with Retry-After)
+UNAVAILABLE = {("/api/workloads/{key}/estimate/", "post"): "too many estimates are waiting, or Redis is unreachable; "
+                                                          "Retry-After says when to ask again"}
 
 
 def _ref(name: str) -> dict:
@@ -73,4 +78,6 @@ def add_error_responses(result, generator, request, public):
                 responses.setdefault("409", _response(CONFLICTS[path, method], "ErrorDetail", "FieldErrors"))
             if (path, method) in TOO_LARGE:
                 responses.setdefault("413", _response(TOO_LARGE[path, method], "ErrorDetail"))
+            if (path, method) in UNAVAILABLE:
+                responses["503"] = _response(UNAVAILABLE[path, method], "ErrorDetail")
     return result

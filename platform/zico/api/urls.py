@@ -10,7 +10,7 @@ from .jobs import JobViewSet
 from .tenants import TenantViewSet
 from .tokens import TokenViewSet
 from .worker import WorkerJobCode, WorkerJobFiles
-from .workloads import workload_list
+from .workloads import workload_estimate, workload_list
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
@@ -22,6 +22,7 @@ router.register("tokens", TokenViewSet, basename="token")
 
 urlpatterns = [
     path("workloads/", workload_list, name="workload-list"),
+    path("workloads/<str:key>/estimate/", workload_estimate, name="workload-estimate"),
     # one output file; its path may hold slashes, so no trailing slash is added
     path("jobs/<int:pk>/files/<path:path>", JobFileDownload.as_view(), name="job-file-download"),
     # worker-facing (job token, zico/api/worker.py)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
+from redis.exceptions import RedisError
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
@@ -52,7 +53,7 @@ from zico.jobs.transitions import JobStatus, on_device_q, transition_many, try_t
 from zico.tenants.models import Tenant
 from zico_contracts import tasks
 
-from . import waiting
+from . import estimate_requests, waiting
 from .recovery import unsent_tasks
 from .snapshot import take_snapshot, unavailable_reason
 
@@ -344,7 +345,10 @@ class Scheduler:
         if self.estimates is None:
             return
         waiting_ids = (JobStatus.QUEUED, JobStatus.PROFILING)
-        done = self.estimates.step(lambda ids: Job.objects.filter(pk__in=ids, status__in=waiting_ids).exists())
+        self._take_estimate_requests()
+        done = self.estimates.step(lambda ids: bool(ids) and Job.objects.filter(pk__in=ids, status__in=waiting_ids)
+                                   .exists())
+        self._answer_estimate_requests()
         if not done:
             return
         budgets = known.devices_budgets()
@@ -362,6 +366,26 @@ class Scheduler:
                         from zico_contracts import keys
 
                         keys.request_cancel(_redis(), job.pk)
+
+    def _take_estimate_requests(self) -> None:
+        """Hand the estimates users asked for through the API to the background estimates (Note [Estimates users
+        ask for] in zico.scheduling.estimate_requests); Redis trouble leaves them for the next round."""
+        try:
+            for _key, workload, params in estimate_requests.waiting(_redis()):
+                self.estimates.want(workload, params, None)
+        except RedisError as exc:
+            log.warning("estimate requests not read: %s", exc)
+
+    def _answer_estimate_requests(self) -> None:
+        """Remove the requests whose estimate ended, remembering failures (kept for the next round on Redis trouble)."""
+        answered = self.estimates.take_answered()
+        for i, wanted in enumerate(answered):
+            try:
+                estimate_requests.finish(_redis(), wanted.workload, wanted.params, wanted.error)
+            except RedisError as exc:
+                log.warning("estimate requests not answered: %s", exc)
+                self.estimates.answered[:0] = answered[i:]
+                return
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)
