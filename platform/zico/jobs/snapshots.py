@@ -91,8 +91,8 @@ def read_snapshot(upload: BinaryIO, device: int | None = None, name: str = ""):
     meta: dict[str, Any] = {"file": name[:200]} if name else {}
     try:
         return snapshot_curve(data, device=device, meta={"uploaded_bytes": len(data), **meta})
-    except SnapshotError as exc:
-        raise SnapshotRefused(str(exc)) from None
+    except SnapshotError as exc:  # the field is named "snapshot" already: "snapshot: snapshot: ..." says it twice
+        raise SnapshotRefused(str(exc).removeprefix("snapshot: ")) from None
 
 
 def check_fits(curve, budget_bytes: int | None) -> None:
