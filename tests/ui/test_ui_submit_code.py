@@ -123,6 +123,7 @@ def test_a_snapshot_attached_on_the_form_becomes_the_jobs_curve(client_for, pers
     assert profile.peak_bytes == int(snapshot_curve(torch_snapshot).peak_bytes)
     html = client_for(personas.viewer).get(f"/jobs/{job.pk}/").content.decode()
     assert '<span class="tag">torch-snapshot</span>' in html  # the curve panel names its source
+    assert "memory curve from a PyTorch snapshot (run.pickle) attached, peak" in html  # the job's log
 
 
 @pytest.mark.parametrize("data, message", [
