@@ -147,6 +147,7 @@ class Scheduler:
         self.policy = policy or make_policy()
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
         self.estimates = estimates
+        self._requests_redis = None  # the client the estimate requests are read with, made on first use
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
@@ -370,8 +371,10 @@ class Scheduler:
     def _take_estimate_requests(self) -> None:
         """Hand the estimates users asked for through the API to the background estimates (Note [Estimates users
         ask for] in zico.scheduling.estimate_requests); Redis trouble leaves them for the next round."""
+        if self._requests_redis is None:
+            self._requests_redis = _redis()
         try:
-            for _key, workload, params in estimate_requests.waiting(_redis()):
+            for _key, workload, params in estimate_requests.waiting(self._requests_redis):
                 self.estimates.want(workload, params, None)
         except RedisError as exc:
             log.warning("estimate requests not read: %s", exc)
@@ -381,7 +384,8 @@ class Scheduler:
         answered = self.estimates.take_answered()
         for i, wanted in enumerate(answered):
             try:
-                estimate_requests.finish(_redis(), wanted.workload, wanted.params, wanted.error)
+                estimate_requests.finish(self._requests_redis or _redis(), wanted.workload, wanted.params,
+                                         wanted.error)
             except RedisError as exc:
                 log.warning("estimate requests not answered: %s", exc)
                 self.estimates.answered[:0] = answered[i:]
