@@ -80,6 +80,10 @@ def submit(name, tenant, budget, priority, env, snapshot, as_json, directory, co
     curve = None
     if snapshot is not None:  # stored for the job's identity before the job exists, so it is never profiled
         curve = store_identity_curve(api, archive, list(command), variables, snapshot, tenant, None, as_json)
+        if budget_bytes is not None and curve["peak_bytes"] > budget_bytes:
+            raise CliError(f"the snapshot's peak of {curve['peak_bytes']} bytes exceeds --budget {budget_bytes}: the "
+                           "job could never run; not submitted (the curve is kept for this command, curve "
+                           f"{curve['id']})")
     body = {"code": archive["id"], "command": list(command), "env": variables, "name": name,
             "priority": priority, "budget_bytes": budget_bytes, "tenant": tenant}
     job = api.post("/api/jobs/", body)

@@ -126,6 +126,9 @@ def test_submit_with_a_snapshot_is_placed_unprofiled_and_a_bad_one_submits_nothi
     job = Job.objects.get()
     assert Scheduler().run_round().ready == [job.pk]
     assert job.latest_profile().source == "torch-snapshot"
+    small = zico("submit", "--snapshot", snapshot_file, "--budget", "1GiB", project, "--", "python", "train.py")
+    assert small.exit_code == 4 and "exceeds --budget 1073741824: the job could never run" in small.output
+    assert Job.objects.count() == 1
     bad = tmp_path / "empty.pickle"
     bad.write_bytes(b"\x80\x04]\x94.")  # a pickled empty list
     result = zico("submit", "--snapshot", bad, project, "--", "python", "train.py")
