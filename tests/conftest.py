@@ -1,6 +1,8 @@
 """Suite-wide pytest setup: skip `gpu`-marked tests where no NVIDIA GPU is visible; one torch thread for
 the folders whose tests train small models; a headless browser on the live server for the tests that drive the
-pages (tests/ui, and the whole-stack browser test in tests/integration)."""
+pages (tests/ui, and the whole-stack browser test in tests/integration); a real PyTorch memory snapshot for the
+tests that upload one (tests/api, tests/cli, tests/ui)."""
+import lzma
 import os
 import shutil
 import subprocess
@@ -44,6 +46,14 @@ def one_torch_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# -- a real PyTorch memory snapshot (tests/curves/data/README.md) ------------------------------------------
+@pytest.fixture(scope="session")
+def torch_snapshot() -> bytes:
+    """The bytes of a real ``torch.cuda.memory._dump_snapshot()`` pickle: tests/curves/data/lm-fullstep-a (1.3 MB,
+    6,486 events of a GPT-style LM's forward, backward and optimizer step on a GPU)."""
+    return lzma.decompress((Path(__file__).parent / "curves" / "data" / "lm-fullstep-a.pickle.xz").read_bytes())
 
 
 # -- browser (Playwright driving Debian's chromium; never `playwright install`) --------------------------

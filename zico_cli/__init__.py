@@ -3,5 +3,6 @@
 It talks to a Zico server over its REST API with a personal API token and needs no Django: ``config`` keeps
 the server and token, ``api`` makes the requests and turns failures into clear messages, ``pack`` makes the
 project's tar.gz (honouring ``.gitignore`` and ``.zicoignore``), ``upload`` sends it with a progress bar,
-``follow`` prints a job's lines and progress until it ends, ``main`` declares the commands.
+``follow`` prints a job's lines and progress until it ends, ``curve_commands`` and ``curveview`` show and attach
+memory curves, ``common`` holds what several commands share, ``main`` declares the commands.
 """

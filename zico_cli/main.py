@@ -1,13 +1,12 @@
-"""The ``zico`` commands (click): login, submit, ls, status, logs, cancel, download. Every command takes
-``--json`` (machine-readable output on stdout); errors are one line on stderr with exit status 4
-(zico_cli.errors); ``logs -f`` exits with the job's outcome."""
+"""The ``zico`` commands (click): login, submit, ls, status, logs, cancel, download, and the ``curve`` group
+(zico_cli.curve_commands). Every command takes ``--json`` (machine-readable output on stdout); errors are one line
+on stderr with exit status 4 (zico_cli.errors); ``logs -f`` exits with the job's outcome."""
 from __future__ import annotations
 
 import json
 import re
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -18,14 +17,13 @@ from zico_contracts.codearchive import ArchiveError, check_member_path
 
 from . import config
 from .api import Api, normalise_url
+from .common import connect, json_option, out, parse_env, upload_project
+from .curve_commands import curve, store_identity_curve
 from .errors import CliError
 from .follow import human_bytes, show_logs
-from .pack import pack
-from .upload import upload_archive
 
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
          "t": 1 << 40, "tib": 1 << 40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-ENV_RE = re.compile(r"([^=]+)=(.*)", re.S)
 
 
 def parse_bytes(text: str) -> int:
@@ -34,19 +32,6 @@ def parse_bytes(text: str) -> int:
     if not m or m.group(2).lower() not in UNITS:
         raise click.BadParameter(f"{text!r}: expected bytes like 2GiB, 512MiB or 1073741824")
     return int(float(m.group(1)) * UNITS[m.group(2).lower()])
-
-
-def json_option(f):
-    return click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")(f)
-
-
-def out(as_json: bool, data, text: str) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else text)
-
-
-def connect() -> Api:
-    c = config.load()
-    return Api(c["url"], c["token"])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,35 +61,37 @@ def login(url, token, as_json):
 @click.option("--budget", help="the most memory the job may hold, e.g. 8GiB")
 @click.option("--priority", type=int, default=0, show_default=True, help="-100..100, higher goes first")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="an environment variable for the command")
+@click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="a PyTorch memory snapshot of this command's run (torch.cuda.memory._dump_snapshot()): the job, "
+                   "and its reruns, are placed with its curve instead of being profiled first")
 @json_option
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit(name, tenant, budget, priority, env, as_json, directory, command):
+def submit(name, tenant, budget, priority, env, snapshot, as_json, directory, command):
     """Pack DIRECTORY (honouring .gitignore and .zicoignore), upload it and run COMMAND in it as a job.
 
     Example: zico submit --budget 8GiB . -- python train.py --epochs 3
     """
-    variables = {}
-    for item in env:
-        m = ENV_RE.fullmatch(item)
-        if not m:
-            raise click.BadParameter(f"{item!r}: expected NAME=value", param_hint="--env")
-        variables[m.group(1)] = m.group(2)
+    variables = parse_env(env)
     budget_bytes = parse_bytes(budget) if budget else None
     api = connect()
-    with tempfile.TemporaryDirectory(prefix="zico-pack-") as tmp:
-        archive_path = Path(tmp) / f"{directory.resolve().name or 'project'}.tar.gz"
-        packed = pack(directory, archive_path)
-        if not as_json:
-            click.echo(f"Packed {packed.files} files ({human_bytes(packed.unpacked_bytes)}) into "
-                       f"{human_bytes(archive_path.stat().st_size)}.", err=True)
-        archive = upload_archive(api, archive_path, tenant, show_progress=not as_json)
+    archive = upload_project(api, directory, tenant, as_json)
+    tenant = tenant or archive["tenant"]
+    curve = None
+    if snapshot is not None:  # stored for the job's identity before the job exists, so it is never profiled
+        curve = store_identity_curve(api, archive, list(command), variables, snapshot, tenant, None, as_json)
+        if budget_bytes is not None and curve["peak_bytes"] > budget_bytes:
+            raise CliError(f"the snapshot's peak of {curve['peak_bytes']} bytes exceeds --budget {budget_bytes}: the "
+                           "job could never run; not submitted (the curve is kept for this command, curve "
+                           f"{curve['id']})")
     body = {"code": archive["id"], "command": list(command), "env": variables, "name": name,
-            "priority": priority, "budget_bytes": budget_bytes, "tenant": tenant or archive["tenant"]}
+            "priority": priority, "budget_bytes": budget_bytes, "tenant": tenant}
     job = api.post("/api/jobs/", body)
     url = f"{api.url}/jobs/{job['id']}/"
-    out(as_json, {"job": job, "archive": archive, "url": url},
-        f"Job {job['id']} submitted ({job['status']}): {url}\nFollow it with: zico logs -f {job['id']}")
+    with_curve = f"\nIts memory curve is the snapshot's (peak {human_bytes(curve['peak_bytes'])}): it is placed " \
+                 "without being profiled." if curve else ""
+    out(as_json, {"job": job, "archive": archive, "url": url, **({"curve": curve} if curve else {})},
+        f"Job {job['id']} submitted ({job['status']}): {url}{with_curve}\nFollow it with: zico logs -f {job['id']}")
 
 
 @cli.command(name="ls")
@@ -204,6 +191,9 @@ def download(job, path, output, as_json):
         written.append({"path": f["path"], "file": str(target), "size_bytes": f["size_bytes"]})
     out(as_json, written, "\n".join(f"{w['file']}  {human_bytes(w['size_bytes'])}" for w in written)
         or f"Job {job} has no output files.")
+
+
+cli.add_command(curve)
 
 
 def main():  # the console script's entry point

@@ -1,6 +1,7 @@
-"""Uploading a packed project to ``POST /api/code/`` as multipart/form-data, with a rich progress bar (on stderr,
-so that ``--json`` output on stdout stays clean). The body is streamed from the file with its length known, so
-the bar follows the bytes as the connection takes them."""
+"""Uploading a file as multipart/form-data with a rich progress bar (on stderr, so that ``--json`` output on stdout
+stays clean): a packed project to ``POST /api/code/``, a PyTorch snapshot to ``POST /api/jobs/{id}/profile/`` or
+``POST /api/curves/``. The body is streamed from the file with its length known, so the bar follows the bytes as the
+connection takes them."""
 from __future__ import annotations
 
 import uuid
@@ -13,15 +14,21 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 CHUNK = 64 * 1024
 
 
+def _quoted(name: str) -> str:
+    """A file name for a quoted multipart header: quotes and line breaks percent-encoded, as browsers send them."""
+    return name.replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+
+
 class MultipartBody:
     """A file-like multipart body: form ``fields``, then ``path``'s bytes as the file field ``name``."""
 
-    def __init__(self, fields: dict[str, str], name: str, path: Path, on_read: Callable[[int], None]):
+    def __init__(self, fields: dict[str, str], name: str, path: Path, on_read: Callable[[int], None],
+                 content_type: str = "application/gzip"):
         self.boundary = uuid.uuid4().hex
         head = b"".join(f"--{self.boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode()
                         for k, v in fields.items())
         head += (f"--{self.boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; "
-                 f"filename=\"{path.name}\"\r\nContent-Type: application/gzip\r\n\r\n").encode()
+                 f"filename=\"{_quoted(path.name)}\"\r\nContent-Type: {content_type}\r\n\r\n").encode()
         self.parts = [head, None, f"\r\n--{self.boundary}--\r\n".encode()]
         self.file = open(path, "rb")
         self.size = path.stat().st_size
@@ -57,18 +64,30 @@ class MultipartBody:
         self.file.close()
 
 
-def upload_archive(api, path: Path, tenant: str | None, show_progress: bool = True) -> dict:
-    """POST the archive at ``path`` to /api/code/ (to ``tenant`` when given): the archive's JSON."""
+def upload_file(api, url: str, name: str, path: Path, fields: dict[str, str], *, content_type: str,
+                label: str = "uploading", show_progress: bool = True) -> dict:
+    """POST ``path`` as the file field ``name`` beside form ``fields`` to ``url``: the answer's JSON (200 or 201)."""
     console = Console(stderr=True)
-    progress = Progress(TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+    progress = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeRemainingColumn(), console=console, disable=not show_progress)
     with progress:
         task = progress.add_task("upload", total=path.stat().st_size)
-        body = MultipartBody({"tenant": tenant} if tenant else {}, "archive", path,
-                             lambda n: progress.advance(task, n))
+        body = MultipartBody(fields, name, path, lambda n: progress.advance(task, n), content_type)
         try:
-            r = api.request("POST", "/api/code/", ok=(200, 201), data=body,
+            r = api.request("POST", url, ok=(200, 201), data=body,
                             headers={"Content-Type": body.content_type, "Content-Length": str(len(body))})
         finally:
             body.close()
     return r.json()
+
+
+def upload_archive(api, path: Path, tenant: str | None, show_progress: bool = True) -> dict:
+    """POST the archive at ``path`` to /api/code/ (to ``tenant`` when given): the archive's JSON."""
+    return upload_file(api, "/api/code/", "archive", path, {"tenant": tenant} if tenant else {},
+                       content_type="application/gzip", show_progress=show_progress)
+
+
+def upload_snapshot(api, url: str, path: Path, fields: dict[str, str], show_progress: bool = True) -> dict:
+    """POST the snapshot at ``path`` (field ``snapshot``) with form ``fields`` to ``url``: the stored curve's JSON."""
+    return upload_file(api, url, "snapshot", path, fields, content_type="application/octet-stream",
+                       label="uploading snapshot", show_progress=show_progress)

@@ -22,6 +22,11 @@ name                               type    meaning
 ``zico:job:<job>:log``             stream  a job's output lines (t, stream, line, cut), capped; declared in
                                            ``zico_contracts.joblog`` (the worker writes it, the web side
                                            reads it and stores it when the job ends)
+``zico:estimate:requests``         hash    CPU estimates users asked for through the API, waiting for the
+                                           scheduler (web side only): request key -> JSON {workload, params,
+                                           requested_at}; at most ``ESTIMATE_REQUESTS_MAX`` fields
+``zico:estimate:<req>:failed``     string  why the scheduler's estimate of request ``<req>`` failed; expires
+                                           after ``ESTIMATE_FAILURE_TTL_S`` (web side only)
 =================================  ======  ====================================================================
 
 ``<dev>`` is a device key from :func:`zico_contracts.queues.device_key` (also ``keys.device_key``), e.g.
@@ -64,6 +69,16 @@ EVENT_KINDS = (
     "oom",             # job, device, details (allocator's last_oom())
     "oom_prevented",   # job, device, count, overruns, waited_s (Note [OOM prevented] in workers.oom_watch)
 )
+
+# Estimates asked for through the API (Note [Estimates users ask for] in zico.scheduling.estimate_requests).
+ESTIMATE_REQUESTS = f"{PREFIX}:estimate:requests"
+ESTIMATE_REQUESTS_MAX = 16          # waiting requests at once; more are refused until some are done
+ESTIMATE_FAILURE_TTL_S = 3600       # how long a failed estimate is answered as failed before it may be asked again
+
+
+def estimate_failure_key(request: str) -> str:
+    return f"{PREFIX}:estimate:{request}:failed"
+
 
 def heartbeat_key(dev: str) -> str:
     return f"{PREFIX}:worker:{dev}:heartbeat"

@@ -250,6 +250,9 @@ ZICO_OUTPUT_MAX_FILES = _positive("ZICO_OUTPUT_MAX_FILES", 1000)               #
 ZICO_OUTPUT_MAX_BYTES = _positive("ZICO_OUTPUT_MAX_BYTES", 1 << 30)            # output bytes per job
 ZICO_OUTPUT_MAX_FILE_BYTES = _positive("ZICO_OUTPUT_MAX_FILE_BYTES", 256 << 20)  # one output file
 ZICO_LOG_MAX_BYTES = _positive("ZICO_LOG_MAX_BYTES", 8 << 20)                  # a job's stored log (its tail)
+# A PyTorch memory snapshot a user uploads as a job's curve (zico/jobs/snapshots.py), bytes (413 beyond); read and
+# checked inside the request, so bounded well below the importer's own 128 MiB (docs/curves.md, upload limits).
+ZICO_SNAPSHOT_MAX_BYTES = _positive("ZICO_SNAPSHOT_MAX_BYTES", 32 << 20)
 # The web side's base URL as the device workers reach it (code download, output upload); no trailing slash.
 ZICO_WORKER_API_URL = env.str("ZICO_WORKER_API_URL", default="http://127.0.0.1:8000").rstrip("/")
 if not ZICO_WORKER_API_URL.startswith(("http://", "https://")):

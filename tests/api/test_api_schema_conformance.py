@@ -123,8 +123,13 @@ def _bearer(user) -> APIClient:
     return c
 
 
-def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, schema, rates, tmp_path, settings):
+def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, schema, rates, tmp_path, settings,
+                                                     torch_snapshot):
     settings.ZICO_CODE_DIR, settings.ZICO_JOB_FILES_DIR = tmp_path / "code", tmp_path / "jobfiles"
+    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
+    rdb = redis.Redis.from_url(settings.REDIS_URL)
+    for key in rdb.scan_iter("zico:estimate:*"):
+        rdb.delete(key)
     small, _ = devices
     owner, teammate, outsider, staff = (_bearer(getattr(personas, p)) for p in
                                         ("owner", "teammate", "outsider", "staff"))
@@ -196,6 +201,37 @@ def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, sc
     assert call(teammate, "get", f"/api/jobs/{code_job['id']}/files/").json()[0]["path"] == "out.txt"
     assert b"".join(call(teammate, "get", f"/api/jobs/{code_job['id']}/files/out.txt").streaming_content) == b"42"
     call(outsider, "get", f"/api/jobs/{code_job['id']}/files/out.txt")
+    # snapshots: a job's curve, a curve for a job identity
+    profile_url = f"/api/jobs/{code_job['id']}/profile/"
+    assert call(teammate, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart").status_code == 201
+    call(teammate, "post", profile_url, {"snapshot": _file(b"not a pickle")}, "multipart")
+    call(_bearer(personas.viewer), "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart")  # 403
+    call(outsider, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart")  # 404
+    with override_settings(ZICO_SNAPSHOT_MAX_BYTES=100):
+        assert call(teammate, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart").status_code == 413
+    Job.objects.get(pk=code_job["id"]).transition("ready")
+    assert call(teammate, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart").status_code == 409
+    curve = call(teammate, "post", "/api/curves/", {"snapshot": _file(torch_snapshot), "code": code_id,
+                                                    "command": '["python", "train.py"]'}, "multipart")
+    assert curve.status_code == 201
+    call(teammate, "post", "/api/curves/", {"snapshot": _file(torch_snapshot), "code": code_id, "command": "[]"},
+         "multipart")
+    with override_settings(ZICO_SNAPSHOT_MAX_BYTES=100):
+        assert call(teammate, "post", "/api/curves/", {"snapshot": _file(torch_snapshot), "code": code_id,
+                                                       "command": '["x"]'}, "multipart").status_code == 413
+    assert call(teammate, "get", "/api/curves/").json()["results"][0]["id"] == curve.json()["id"]
+    call(teammate, "get", f"/api/curves/{curve.json()['id']}/")
+    call(outsider, "get", f"/api/curves/{curve.json()['id']}/")
+    # estimates: asked of the scheduler (nothing stored in this test's cache), a bad param, an unknown workload
+    assert call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {"params": {"iterations": 5}}
+                ).status_code == 202
+    call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {"params": {"batch_size": "x"}})
+    call(teammate, "post", "/api/workloads/nope/estimate/", {})
+    call(_bearer(personas.viewer), "post", "/api/workloads/digits-cnn/estimate/", {})  # 403: submits nowhere
+    from zico_contracts import keys
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):  # nothing listens there
+        assert call(teammate, "post", "/api/workloads/digits-cnn/estimate/", {}).status_code == 503
+    rdb.delete(keys.ESTIMATE_REQUESTS)
     # tenants, members, events
     call(owner, "get", "/api/tenants/")
     call(owner, "get", "/api/tenants/acme/")

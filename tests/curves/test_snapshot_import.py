@@ -80,6 +80,8 @@ def test_a_small_wellformed_snapshot_counts_memory_live_before_the_trace():
      "time runs backwards"),
     (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, MiB, 5)]), "span no time"),
     (snapshot_bytes([ev("alloc", 0x1000, MiB, 1), ev("alloc", 0x1000 + MiB, MiB, 2)], blocks=()), "go negative"),
+    (pickle.dumps({"segments": [], "device_traces": [[ev("alloc", 0x1000, 512, 1), ev("free_completed", 0x1000, 512, 2)]]}),
+     "segments: no segment on device 0, neither in the snapshot's segments nor made by its trace"),
     (snapshot_bytes([["alloc", 1, 2]]), r"\[0\]: expected a dict"),
     (snapshot_bytes([ev("alloc", 0x1000, 512, float("nan"))]), r"\[0\].time_us: nan is outside"),
     (snapshot_bytes([ev("alloc", 0x1000 + 8 * MiB, 1 << 50, 1), ev("alloc", 0x1000 + 9 * MiB, 1 << 50, 2)]),

@@ -43,7 +43,7 @@ def stored_nothing(settings):
 
 def test_the_page_offers_your_code_beside_the_catalog(client_for, personas):
     html = client_for(personas.teammate).get("/jobs/new/code/").content.decode()
-    for name in ("archive", "command", "env", "budget_gib", "priority", "tenant"):
+    for name in ("archive", "command", "env", "budget_gib", "priority", "tenant", "snapshot"):
         assert f'id="id_{name}"' in html, name
     assert 'enctype="multipart/form-data"' in html and 'aria-current="page" class="tab tab-on">Your code' in html
     assert 'href="/jobs/new/code/"' in client_for(personas.teammate).get("/jobs/new/").content.decode()
@@ -104,3 +104,42 @@ def test_the_job_page_shows_command_output_and_files_to_members_only(client_for,
     assert b"".join(got.streaming_content) == b"weights"
     assert client_for(personas.outsider).get(f"/jobs/{job.pk}/").status_code == 404
     assert client_for(personas.outsider).get(f"/api/jobs/{job.pk}/files/out/model.pt").status_code == 404
+
+
+def snapshot_file(data: bytes, name="run.pickle"):
+    f = io.BytesIO(data)
+    f.name = name
+    return f
+
+
+def test_a_snapshot_attached_on_the_form_becomes_the_jobs_curve(client_for, personas, torch_snapshot):
+    from zico_workloads.curves.snapshot import snapshot_curve
+
+    r = client_for(personas.teammate).post("/jobs/new/code/", form(personas, snapshot=snapshot_file(torch_snapshot)))
+    job = Job.objects.get(name="web code")
+    assert r.status_code == 302 and job.status == "queued"
+    profile = job.latest_profile()
+    assert profile.source == "torch-snapshot" and profile.uploaded_by == personas.teammate
+    assert profile.peak_bytes == int(snapshot_curve(torch_snapshot).peak_bytes)
+    html = client_for(personas.viewer).get(f"/jobs/{job.pk}/").content.decode()
+    assert '<span class="tag">torch-snapshot</span>' in html  # the curve panel names its source
+    assert "memory curve from a PyTorch snapshot (run.pickle) attached, peak" in html  # the job's log
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"not a pickle at all", "not a readable pickle"),
+    (b"cos\nsystem\n(S'true'\ntR.", "refused: the pickle asks to import os.system"),
+])
+def test_a_bad_snapshot_shows_inline_and_stores_nothing(client_for, personas, dirs, data, message):
+    r = client_for(personas.teammate).post("/jobs/new/code/", form(personas, snapshot=snapshot_file(data)))
+    html = unescape(r.content.decode())
+    assert r.status_code == 200 and 'id="id_snapshot_error"' in html and message in html
+    assert stored_nothing(dirs)
+
+
+def test_a_snapshot_over_the_jobs_budget_shows_inline_and_stores_nothing(client_for, personas, dirs, torch_snapshot):
+    r = client_for(personas.teammate).post("/jobs/new/code/", form(personas, snapshot=snapshot_file(torch_snapshot),
+                                                                   budget_gib="1"))
+    html = unescape(r.content.decode())
+    assert r.status_code == 200 and 'id="id_snapshot_error"' in html and "its budget_bytes is 1073741824" in html
+    assert stored_nothing(dirs)

@@ -190,8 +190,8 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
         device: index into ``device_traces``; default: the device with the most events.
     Raises:
         SnapshotError: bad field types, negative or huge sizes, unknown actions, time running
-            backwards, frees of addresses outside every known segment, double frees, or live
-            bytes that would go negative (trace and segments disagree).
+            backwards, no segment on the device at all, frees of addresses outside every known segment,
+            double frees, or live bytes that would go negative (trace and segments disagree).
     """
     traces = snap["device_traces"]
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
@@ -255,6 +255,9 @@ def live_bytes(snap: dict[str, Any], device: int | None = None) -> LiveBytes:
             is_free[k] = True
         if abs(net) > MAX_BYTES:  # keeps the int64 sums below exact
             raise SnapshotError(f"{where}: live bytes would change by more than {MAX_BYTES:,} over the trace")
+    if not ranges:  # every alloc lies in a segment; a snapshot taken with none held cannot say what a job needs
+        raise SnapshotError(f"segments: no segment on device {device}, neither in the snapshot's segments nor made "
+                            "by its trace; take the snapshot while the job holds memory (before it exits)")
     # Sorted once: a sort per segment event made a trace of many segment events quadratic.
     ranges.sort()
     for k in np.flatnonzero(is_free).tolist():

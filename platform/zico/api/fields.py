@@ -1,10 +1,13 @@
-"""Serializer fields of the API that are stricter than DRF's: an integer field that takes JSON integers only.
+"""Serializer fields of the API that are stricter than DRF's: an integer field that takes JSON integers only, and a
+JSON field whose form-field text is parsed under the body's nesting limit.
 
 DRF's ``IntegerField`` coerces: ``"1000"`` and ``1e3`` (a JSON float) both become 1000, and a value beyond
 Python's float range (``1e30``) reads "A valid integer is required.". Byte counts and priorities are
 integers; a string or a float in a JSON body is a client bug worth naming.
 """
 from __future__ import annotations
+
+import json
 
 from django.http import QueryDict
 from rest_framework import serializers
@@ -48,3 +51,24 @@ class ReasonField(serializers.CharField):
 
     def to_representation(self, value):
         return readable_reason(super().to_representation(value))
+
+
+class FormJSONField(serializers.JSONField):
+    """A JSON value; in a multipart or form body, whose fields are text, it is JSON text, parsed here under the JSON
+    body's nesting limit (zico.api.parsers): text nested too deep is a 400 naming the field, where DRF's own
+    parse raised RecursionError (a 500)."""
+
+    def to_internal_value(self, data):
+        if not getattr(data, "is_json_string", False):  # DRF marks the text of a form field so
+            return super().to_internal_value(data)
+        from .parsers import MAX_JSON_DEPTH, json_depth_exceeds
+
+        try:
+            value = json.loads(data)
+        except RecursionError:
+            raise serializers.ValidationError("not valid JSON: nesting too deep") from None
+        except ValueError as exc:
+            raise serializers.ValidationError(f"not valid JSON: {exc}") from None
+        if json_depth_exceeds(value):
+            raise serializers.ValidationError(f"not valid JSON: nesting too deep (more than {MAX_JSON_DEPTH} levels)")
+        return value

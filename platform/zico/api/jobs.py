@@ -1,5 +1,5 @@
-"""Jobs API: list, retrieve, submit, cancel, events, profile, memory timeline — scoped to the caller's
-tenants (cluster staff see all)."""
+"""Jobs API: list, retrieve, submit, cancel, events, profile (read, or attach a snapshot: zico.api.curves), memory
+timeline — scoped to the caller's tenants (cluster staff see all)."""
 from __future__ import annotations
 
 from django.db.models import Prefetch
@@ -7,6 +7,7 @@ from drf_spectacular.utils import (OpenApiParameter, OpenApiResponse, extend_sch
                                    extend_schema_view)
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from zico.cluster.models import Placement
@@ -17,8 +18,9 @@ from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_sub
 from zico.tenants.models import Role, Tenant
 
 from .access import field_error, require_role
+from .curves import SnapshotUploadSerializer, attach_snapshot
 from .conditional import etag_of, mark, not_modified, with_body_etag
-from .fields import ReasonField, StrictIntegerField
+from .fields import FormJSONField, ReasonField, StrictIntegerField
 from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
 from .job_rows import PageRows, fast_path_supported, page_sql_text
 from .events import EventSerializer, paginated_events
@@ -26,7 +28,7 @@ from .timelines import CURSOR, JOB_TIMELINE, JOB_WINDOW_PARAM, job_timeline_data
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {}})
-class ObjectJSONField(serializers.JSONField):
+class ObjectJSONField(FormJSONField):
     """A JSON field documented as an object (DRF's JSONField shows as "any"); what is not an object is
     refused by the workload's params check, with its own message (zico.jobs.submission.validate_spec)."""
 
@@ -47,13 +49,13 @@ class ProfileSerializer(ProfileSummarySerializer):
 
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
-class ArgvJSONField(serializers.JSONField):
+class ArgvJSONField(FormJSONField):
     """A command (argv) documented as a list of strings; its rules are zico_contracts.codejob's, checked by
     submit_job so that a bad item is named (``command[2]``)."""
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
-class EnvJSONField(serializers.JSONField):
+class EnvJSONField(FormJSONField):
     """An environment (NAME -> value) documented as an object of strings (Note [Job environment rule])."""
 
 
@@ -236,10 +238,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         """The job's audit trail: status changes, placements, delays, OOMs prevented, worker losses."""
         return paginated_events(self, request, self.get_object().events.all())
 
-    @extend_schema(responses={200: ProfileSerializer})
-    @action(detail=True, methods=["get"])
+    @extend_schema(methods=["GET"], responses={200: ProfileSerializer})
+    @extend_schema(methods=["POST"], request={"multipart/form-data": SnapshotUploadSerializer},
+                   responses={201: ProfileSerializer},
+                   description="Attach a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot()) as the curve of a "
+                               "job with code, so it is not profiled (queued) or its reruns are not (ended): its "
+                               "owner, a tenant admin or staff. 201 with the stored profile; 400 naming what is wrong "
+                               "with the file; 409 while the job is profiled, placed or running; 413 over "
+                               "ZICO_SNAPSHOT_MAX_BYTES.")
+    @action(detail=True, methods=["get", "post"], parser_classes=[MultiPartParser])
     def profile(self, request, pk=None):
         """The job's latest memory profile with its full curve (placement.curves contract); 404 if none yet."""
+        if request.method == "POST":
+            return attach_snapshot(request, self.get_object())
         latest = self.get_object().latest_profile()
         if latest is None:
             raise exceptions.NotFound("this job has no memory profile yet")

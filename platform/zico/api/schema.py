@@ -8,8 +8,10 @@ Which operation documents which error:
   something, and every read that a role could refuse;
 * 404 (not one of your tenants' objects, or gone): every path with an ``{id}``, ``{slug}`` or ``{username}``;
 * 400 (a field named with what is wrong): every operation with a request body or query parameters;
-* 409 (the object's state refuses it): cancel of an ended job, a device budget under its running jobs;
-* 413 (an upload over its size limit): a code archive, a worker's output file.
+* 409 (the object's state refuses it): cancel of an ended job, a device budget under its running jobs, a snapshot
+  for a job that is profiled, placed or running;
+* 413 (an upload over its size limit): a code archive, a worker's output file, a snapshot;
+* 503 (try again later, with ``Retry-After``): an estimate asked for while too many wait, or without Redis.
 
 The worker-facing paths (``/api/worker/...``, a job token instead of a user) document 403 on every method: a
 token for another job, or a job that ended too long ago.
@@ -28,11 +30,19 @@ COMPONENTS = {"ErrorDetail": DETAIL, "FieldErrors": FIELD_ERRORS}
 
 # (path suffix, method) -> the 409 it may answer
 CONFLICTS = {("/api/jobs/{id}/cancel/", "post"): "the job has already ended",
+             ("/api/jobs/{id}/profile/", "post"): "the job is profiled, placed or running: a snapshot is attached "
+                                                  "while it is queued or after it ended",
              ("/api/devices/{id}/", "patch"): "the budget is below what the device's running jobs need"}
 # (path, method) -> the 413 it may answer
 TOO_LARGE = {("/api/code/", "post"): "the archive is over ZICO_CODE_MAX_BYTES",
+             ("/api/jobs/{id}/profile/", "post"): "the snapshot is over ZICO_SNAPSHOT_MAX_BYTES",
+             ("/api/curves/", "post"): "the snapshot is over ZICO_SNAPSHOT_MAX_BYTES",
              ("/api/worker/jobs/{id}/files/", "post"): "the file is over ZICO_OUTPUT_MAX_FILE_BYTES, or the job's "
                                                       "outputs over ZICO_OUTPUT_MAX_BYTES"}
+
+# (path, method) -> the 503 it may answer (with Retry-After)
+UNAVAILABLE = {("/api/workloads/{key}/estimate/", "post"): "too many estimates are waiting, or Redis is unreachable; "
+                                                          "Retry-After says when to ask again"}
 
 
 def _ref(name: str) -> dict:
@@ -68,4 +78,6 @@ def add_error_responses(result, generator, request, public):
                 responses.setdefault("409", _response(CONFLICTS[path, method], "ErrorDetail", "FieldErrors"))
             if (path, method) in TOO_LARGE:
                 responses.setdefault("413", _response(TOO_LARGE[path, method], "ErrorDetail"))
+            if (path, method) in UNAVAILABLE:
+                responses["503"] = _response(UNAVAILABLE[path, method], "ErrorDetail")
     return result

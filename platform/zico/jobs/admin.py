@@ -47,9 +47,11 @@ class JobAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryProfile)
 class MemoryProfileAdmin(admin.ModelAdmin):
-    list_display = ["pk", "job", "source", "peak_bytes", "persistent_bytes", "iteration_s", "created_at"]
+    list_display = ["pk", "job", "tenant", "source", "peak_bytes", "persistent_bytes", "iteration_s", "uploaded_by",
+                    "created_at"]
     list_filter = ["source", "created_at"]
-    readonly_fields = ["job", "source", "curve", "peak_bytes", "persistent_bytes", "iteration_s", "created_at"]
+    readonly_fields = ["job", "tenant", "identity", "uploaded_by", "source", "curve", "peak_bytes", "persistent_bytes",
+                       "iteration_s", "created_at"]
 
     def has_add_permission(self, request):
         return False

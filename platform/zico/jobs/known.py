@@ -8,8 +8,12 @@ Note [Known memory needs]
     ``_advance_queued``, zico.scheduling.service, before it profiles a job):
 
     1. The measured profile of an *identical* job (:func:`identical`: same workload, same params with the
-       defaults filled in): its peak is the need. The scheduler copies it to the new job, which skips
-       profiling (its status change names the job whose curve it took).
+       defaults filled in; for a job with code, the same code, command and env): its peak is the need. The
+       scheduler copies it to the new job, which skips profiling (its status change names the job whose curve
+       it took). A curve from a user's PyTorch snapshot (source ``torch-snapshot``, zico.jobs.snapshots) is
+       the uploader's word, not a measurement, so it serves only identical jobs of the same tenant: the
+       snapshot attached to such a job, or one uploaded for the identity itself (a profile without a job;
+       Note [A snapshot is its tenant's word]). The newest of the curves a job may use wins.
     2. A remembered profiling failure of an identical job (``Job.metrics["profile_failure"]``, written by
        the control consumer with :func:`profile_failure`): an identical run would fail the same way, so
        the job is refused at submission (or failed by the scheduler) with that job's reason instead of
@@ -53,6 +57,7 @@ from .transitions import JobStatus
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT_SOURCE = "torch-snapshot"  # a curve a user uploaded (zico.jobs.snapshots); placement.curves.SOURCES
 ESTIMATE_DEVICE = "cuda:0"  # the estimate's target: cached, and a lower bound for a CPU pool less the workspaces
 ESTIMATE_TOLERANCE = 0.05   # the estimate's accuracy against real CUDA runs (docs/curves.md)
 # Exception names of profiling errors that say something about the machine, not the job (not remembered).
@@ -82,27 +87,57 @@ def any_identical(jobs: Iterable[Job], prefix: str = "") -> tuple[Q, dict]:
     return q, distinct
 
 
-def _newest_per_key(qs, prefix: str, order: tuple[str, ...]):
-    """``qs`` reduced to its newest row per (workload, params): DISTINCT ON in PostgreSQL, in Python elsewhere."""
+def _newest_per_key(qs, keys: tuple[str, ...], order: tuple[str, ...]):
+    """``qs`` reduced to its newest row per ``keys`` (field names): DISTINCT ON in PostgreSQL, in Python elsewhere."""
     if connection.vendor == "postgresql":
-        return qs.order_by(f"{prefix}workload", f"{prefix}params", *order).distinct(f"{prefix}workload",
-                                                                                   f"{prefix}params")
+        return qs.order_by(*keys, *order).distinct(*keys)
     return qs.order_by(*order)
 
 
+def _newer(a, b):
+    """The newer of two profiles (either may be None)."""
+    if a is None or b is None:
+        return a or b
+    return a if (a.created_at, a.pk) > (b.created_at, b.pk) else b
+
+
 def profiles_to_reuse(jobs: list[Job]) -> dict[int, MemoryProfile]:
-    """For each of ``jobs`` (without a profile of their own), the newest stored profile of another identical
-    job (its ``job`` loaded): ``{job id: profile}``; jobs with none are left out. Two queries at most."""
+    """For each of ``jobs`` (without a profile of their own), the newest stored profile it may reuse (Note [Known
+    memory needs]): another identical job's measured one, or, for a job with code, a snapshot's curve of its own
+    tenant (attached to an identical job, or uploaded for the identity). ``{job id: profile}``; jobs with none
+    are left out; a profile of another job has its ``job`` loaded. Three queries at most."""
     if not jobs:
         return {}
+    mine = [j.pk for j in jobs if j.pk]
     q, _ = any_identical(jobs, "job__")
-    qs = _newest_per_key(MemoryProfile.objects.filter(q).exclude(job__in=[j.pk for j in jobs if j.pk])
-                         .select_related("job"),
-                         "job__", ("-created_at", "-id"))
-    newest: dict[tuple[str, str], MemoryProfile] = {}
-    for p in qs:
-        newest.setdefault(params_key(p.job.workload, p.job.params), p)
-    return {j.pk: newest[k] for j in jobs if (k := params_key(j.workload, j.params)) in newest}
+    order = ("-created_at", "-id")
+    keys = ("job__workload", "job__params")
+    shared: dict[tuple[str, str], MemoryProfile] = {}
+    for p in _newest_per_key(MemoryProfile.objects.filter(q).exclude(job__in=mine).exclude(source=SNAPSHOT_SOURCE)
+                             .select_related("job"), keys, order):
+        shared.setdefault(params_key(p.job.workload, p.job.params), p)
+    own: dict[tuple[int, tuple[str, str]], MemoryProfile] = {}  # (tenant id, key) -> newest snapshot curve
+    coded = [j for j in jobs if j.code_id is not None]
+    if coded:
+        tenants = {j.tenant_id for j in coded}
+        q, _ = any_identical(coded, "job__")
+        for p in _newest_per_key(MemoryProfile.objects.filter(q, source=SNAPSHOT_SOURCE, job__tenant__in=tenants)
+                                 .exclude(job__in=mine).select_related("job"), ("job__tenant_id", *keys), order):
+            own.setdefault((p.job.tenant_id, params_key(p.job.workload, p.job.params)), p)
+        ident = Q(pk__in=[])
+        for params in {params_key("", j.params)[1]: j.params for j in coded}.values():
+            ident |= Q(identity=params)
+        for p in _newest_per_key(MemoryProfile.objects.filter(ident, job__isnull=True, tenant__in=tenants),
+                                 ("tenant_id", "identity"), order):
+            k = (p.tenant_id, params_key("", p.identity))
+            own[k] = _newer(own.get(k), p)
+    out = {}
+    for j in jobs:
+        k = params_key(j.workload, j.params)
+        best = _newer(shared.get(k), own.get((j.tenant_id, k)) if j.code_id is not None else None)
+        if best is not None:
+            out[j.pk] = best
+    return out
 
 
 def profile_failure(error: str, device, others_on_device: bool, limit_s: float | None = None) -> dict | None:
@@ -153,7 +188,7 @@ def remembered_failures(jobs: list[Job], largest_budget: int | None) -> dict[int
         return {}
     q, _ = any_identical(jobs)
     qs = _newest_per_key(Job.objects.filter(q, status=JobStatus.FAILED, metrics__has_key="profile_failure")
-                         .exclude(pk__in=[j.pk for j in jobs if j.pk]), "", ("-finished_at", "-id"))
+                         .exclude(pk__in=[j.pk for j in jobs if j.pk]), ("workload", "params"), ("-finished_at", "-id"))
     limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)
     newest: dict[tuple[str, str], Job] = {}
     for f in qs:
@@ -221,6 +256,17 @@ def estimate_misfit(curve, budget_bytes: int | None, budgets: list[tuple[str, in
     return None
 
 
+def peak_misfit(peak: int, source: str, budget_bytes: int | None, largest: int | None) -> tuple[str, str] | None:
+    """``(field, message)`` when a known ``peak`` (bytes; ``source`` says whose, in words) exceeds ``budget_bytes``
+    (the job's own) or ``largest`` (the largest device budget, :func:`devices_budgets`), else None."""
+    if budget_bytes is not None and peak > budget_bytes:
+        return "budget_bytes", f"needs ≥ {peak} bytes ({source}); its budget_bytes is {budget_bytes}"
+    if largest is not None and peak > largest:
+        return "params", (f"needs ≥ {peak} bytes ({source}); the largest device budget is {largest} bytes "
+                          "(shrink the batch or the model)")
+    return None
+
+
 def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> tuple[str, str] | None:
     """``(field, message)`` when what is known of a job with this workload and full params says it can never
     run (Note [Known memory needs]): a known peak over its own budget or every device's budget, a remembered
@@ -228,17 +274,11 @@ def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> t
     refuses it."""
     budgets = devices_budgets()
     largest = max((b for _, b in budgets), default=None)
-    profile = (MemoryProfile.objects.filter(identical(workload, params, "job__"))
+    profile = (MemoryProfile.objects.filter(identical(workload, params, "job__")).exclude(source=SNAPSHOT_SOURCE)
                .order_by("-created_at", "-id").defer("curve").first())
     if profile is not None:
-        peak = int(profile.peak_bytes)
-        source = f"the measured peak of job {profile.job_id}, same workload and params"
-        if budget_bytes is not None and peak > budget_bytes:
-            return "budget_bytes", f"needs ≥ {peak} bytes ({source}); its budget_bytes is {budget_bytes}"
-        if largest is not None and peak > largest:
-            return "params", (f"needs ≥ {peak} bytes ({source}); the largest device budget is {largest} bytes "
-                              "(shrink the batch or the model)")
-        return None
+        return peak_misfit(int(profile.peak_bytes), f"the measured peak of job {profile.job_id}, same workload and "
+                           "params", budget_bytes, largest)
     probe = Job(workload=workload, params=params)  # not saved: its id is None, the key of its answer
     failed = remembered_failures([probe], largest).get(None)
     if failed is not None:

@@ -154,11 +154,21 @@ class Job(models.Model):
 
 
 class MemoryProfile(models.Model):
-    """A job's memory curve (DESIGN contract) with its headline figures copied out for queries."""
+    """A memory curve (DESIGN contract) with its headline figures copied out for queries: a job's own (``job``
+    set), or one a tenant member uploaded as a PyTorch snapshot for a job identity before any such job ran
+    (``job`` empty; ``tenant`` and ``identity``, the params of the identical jobs it serves:
+    ``{"code_sha256", "command", "env"}``, zico.jobs.submission). Who uploaded a snapshot is ``uploaded_by``.
+    Reuse by identical jobs: Note [Known memory needs] in zico.jobs.known."""
 
     Source = models.TextChoices("Source", [(s.upper().replace("-", "_"), s) for s in SOURCES])
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="profiles")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="profiles", null=True, blank=True)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, null=True, blank=True,
+                               related_name="identity_profiles", help_text="the tenant of a curve without a job")
+    identity = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder,
+                                help_text="params of the identical jobs a curve without a job serves")
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="+", help_text="who uploaded it (a snapshot); empty: measured")
     source = models.CharField(max_length=20, choices=Source.choices)
     curve = models.JSONField(help_text="memory curve JSON (placement.curves contract)")
     peak_bytes = models.BigIntegerField()
@@ -168,12 +178,21 @@ class MemoryProfile(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="profile_identity_tenant")]
+        constraints = [
+            # a job's curve, or a snapshot's for an identity in a tenant: never both, never neither
+            models.CheckConstraint(condition=models.Q(job__isnull=False, tenant__isnull=True, identity__isnull=True)
+                                   | models.Q(job__isnull=True, tenant__isnull=False, identity__isnull=False,
+                                              source="torch-snapshot"),
+                                   name="profile_of_job_or_identity"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.source} profile of job {self.job_id}"
+        return f"{self.source} profile of job {self.job_id}" if self.job_id else \
+            f"{self.source} profile for {self.identity} in tenant {self.tenant_id}"
 
     @classmethod
-    def record(cls, job: Job, curve: MemoryCurve | dict) -> "MemoryProfile":
+    def record(cls, job: Job, curve: MemoryCurve | dict, uploaded_by=None) -> "MemoryProfile":
         """Store ``curve`` (a MemoryCurve or the contract's dict) for ``job``.
 
         Raises:
@@ -182,7 +201,8 @@ class MemoryProfile(models.Model):
         c = curve if isinstance(curve, MemoryCurve) else curve_from_dict(curve)
         d = c.to_dict()
         return cls.objects.create(job=job, source=c.source, curve=d, peak_bytes=d["peak_bytes"],
-                                  persistent_bytes=d["persistent_bytes"], iteration_s=c.iteration_s)
+                                  persistent_bytes=d["persistent_bytes"], iteration_s=c.iteration_s,
+                                  uploaded_by=uploaded_by)
 
     def memory_curve(self) -> MemoryCurve:
         """The stored curve as a MemoryCurve (raises CurveError if the row was corrupted)."""
@@ -213,6 +233,7 @@ class Event(models.Model):
         OUTAGE = "outage", "Service outage"  # Redis or the database unreachable, recorded once it is back
         WAITING = "waiting", "Waiting"  # the scheduler's reason for not placing the job changed
         DEVICE_STATUS = "device_status", "Device status change"  # staff set a device draining or online again
+        PROFILE = "profile", "Memory curve attached"  # a member attached a snapshot's curve to the job
 
     time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
     kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)

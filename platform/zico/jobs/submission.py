@@ -80,6 +80,13 @@ def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[lis
         raise JobSpecError(exc.field, exc.message) from exc
 
 
+def code_identity(code, command: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """A command job's identity, stored where a catalog job has its params: the same code (its archive's sha256),
+    command and env is an identical job (known.identical), so a rerun reuses the stored curve; a snapshot
+    uploaded for an identity (zico.jobs.snapshots) is keyed on it too. The worker reads the code fields."""
+    return {"code_sha256": code.sha256, "command": command, "env": env}
+
+
 def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, Any] | None = None,
                budget_bytes: int | None = None, priority: int = 0, name: str = "", code=None,
                command: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
@@ -117,9 +124,7 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
         if params:
             raise JobSpecError("params", "params belong to a catalog workload; a job with code takes env")
         command, env = validate_code_job(tenant, code, command, env)
-        # A command job's identity, where a catalog job has its params: the same code, command and env is an
-        # identical job (known.identical), so a rerun reuses the stored curve. The worker reads the code fields.
-        full_params = {"code_sha256": code.sha256, "command": command, "env": env}
+        full_params = code_identity(code, command, env)
     else:
         if not workload:
             raise JobSpecError("workload", "required: a catalog key, or code and a command")

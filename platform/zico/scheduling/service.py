@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
+from redis.exceptions import RedisError
 
 from placement.gating import DEFAULT_GATE_HEADROOM
 from placement import reasons
@@ -52,7 +53,7 @@ from zico.jobs.transitions import JobStatus, on_device_q, transition_many, try_t
 from zico.tenants.models import Tenant
 from zico_contracts import tasks
 
-from . import waiting
+from . import estimate_requests, waiting
 from .recovery import unsent_tasks
 from .snapshot import take_snapshot, unavailable_reason
 
@@ -146,6 +147,7 @@ class Scheduler:
         self.policy = policy or make_policy()
         self.recovered = False  # Note [Scheduler restarts]: done once per process, on its first round
         self.estimates = estimates
+        self._requests_redis = None  # the client the estimate requests are read with, made on first use
 
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
@@ -301,10 +303,14 @@ class Scheduler:
                 MemoryProfile(job=j, source=p.source, curve=p.curve, peak_bytes=p.peak_bytes,
                               persistent_bytes=p.persistent_bytes, iteration_s=p.iteration_s)
                 for j in jobs if (p := reuse.get(j.pk)) is not None])
-            reusing = [j for j in jobs if j.pk in reuse]
+            reusing = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is not None]
             transition_many(reusing, JobStatus.READY, reason="memory curve of an identical job reused; not profiled",
                             details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
-            res.ready += [j.pk for j in reusing]
+            uploaded = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is None]
+            transition_many(uploaded, JobStatus.READY, reason="memory curve from a snapshot uploaded for this code "
+                                                              "and command; not profiled",
+                            details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
+            res.ready += [j.pk for j in reusing + uploaded]
         jobs = [j for j in jobs if j.pk not in reuse]
         if not jobs:
             return [], set()
@@ -340,7 +346,10 @@ class Scheduler:
         if self.estimates is None:
             return
         waiting_ids = (JobStatus.QUEUED, JobStatus.PROFILING)
-        done = self.estimates.step(lambda ids: Job.objects.filter(pk__in=ids, status__in=waiting_ids).exists())
+        self._take_estimate_requests()
+        done = self.estimates.step(lambda ids: bool(ids) and Job.objects.filter(pk__in=ids, status__in=waiting_ids)
+                                   .exists())
+        self._answer_estimate_requests()
         if not done:
             return
         budgets = known.devices_budgets()
@@ -358,6 +367,29 @@ class Scheduler:
                         from zico_contracts import keys
 
                         keys.request_cancel(_redis(), job.pk)
+
+    def _take_estimate_requests(self) -> None:
+        """Hand the estimates users asked for through the API to the background estimates (Note [Estimates users
+        ask for] in zico.scheduling.estimate_requests); Redis trouble leaves them for the next round."""
+        if self._requests_redis is None:
+            self._requests_redis = _redis()
+        try:
+            for _key, workload, params in estimate_requests.waiting(self._requests_redis):
+                self.estimates.want(workload, params, None)
+        except RedisError as exc:
+            log.warning("estimate requests not read: %s", exc)
+
+    def _answer_estimate_requests(self) -> None:
+        """Remove the requests whose estimate ended, remembering failures (kept for the next round on Redis trouble)."""
+        answered = self.estimates.take_answered()
+        for i, wanted in enumerate(answered):
+            try:
+                estimate_requests.finish(self._requests_redis or _redis(), wanted.workload, wanted.params,
+                                         wanted.error)
+            except RedisError as exc:
+                log.warning("estimate requests not answered: %s", exc)
+                self.estimates.answered[:0] = answered[i:]
+                return
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)

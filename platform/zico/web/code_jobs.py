@@ -1,7 +1,8 @@
 """The "your code" submit page: upload a project archive and name the command to run in it (the page beside the
-catalog form). The same checks as the API, in this order so that a refused form stores nothing: the command and
-env (zico_contracts.codejob), then the archive (Note [Code archive limits]), then the job (submit_job; a job
-refused there takes its freshly stored archive with it)."""
+catalog form), optionally with a PyTorch memory snapshot as the job's curve (zico.jobs.snapshots: the job is then not
+profiled). The same checks as the API, in this order so that a refused form stores nothing: the command and env
+(zico_contracts.codejob), the snapshot (read and checked against the budget), then the archive (Note [Code archive
+limits]), then the job (submit_job; a job refused there takes its freshly stored archive with it) and its curve."""
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ from django.shortcuts import render
 
 from zico.jobs.code import discard_archive, store_archive
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN
+from zico.jobs.snapshots import SnapshotRefused, attach_to_job, check_fits, read_snapshot
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.ratelimits import job_submit_wait
 from zico_contracts.codearchive import ArchiveError
@@ -23,7 +25,7 @@ from .forms import GIB
 from .jobs import rate_limited, submit_page, submitted
 
 FIELD_OF = {"command": "command", "env": "env", "code": "archive", "budget_bytes": "budget_gib",
-            "priority": "priority", "name": "name", "tenant": "tenant"}
+            "priority": "priority", "name": "name", "tenant": "tenant", "snapshot": "snapshot"}
 
 
 class CodeJobForm(forms.Form):
@@ -40,6 +42,10 @@ class CodeJobForm(forms.Form):
     budget_gib = forms.DecimalField(required=False, min_value=Decimal("0.001"), max_digits=12, decimal_places=3,
                                     label="Memory budget (GiB)", help_text="Leave empty for no per-job limit.")
     priority = forms.IntegerField(initial=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX, label="Priority")
+    snapshot = forms.FileField(required=False, label="Memory snapshot (optional)",
+                               help_text="A torch.cuda.memory._dump_snapshot() pickle of this command's run: the job "
+                                         "is placed with its curve instead of being profiled first, and so are its "
+                                         "reruns.")
 
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,19 +113,27 @@ def job_submit_code(request, tenants):
     if form.is_valid():
         d = form.cleaned_data
         try:
+            curve = None
+            if d["snapshot"]:
+                curve = read_snapshot(d["snapshot"], name=d["snapshot"].name or "")
+                check_fits(curve, form.budget_bytes())
             with transaction.atomic():
                 archive, created = store_archive(d["tenant"], d["archive"], request.user)
                 try:
                     job = submit_job(tenant=d["tenant"], owner=request.user, code=archive, command=d["command"],
                                      env=d["env"], budget_bytes=form.budget_bytes(), priority=d["priority"],
                                      name=d["name"])
-                except JobSpecError:
+                    if curve is not None:  # seen by the scheduler together with the job (one transaction)
+                        attach_to_job(job, curve, request.user)
+                except (JobSpecError, SnapshotRefused):
                     if created:
                         discard_archive(archive)
                     raise
         except ArchiveError as exc:
             form.add_error("archive", str(exc))
             form.mark("archive")
+        except SnapshotRefused as exc:
+            form.add_spec_error("snapshot", exc.message)
         except JobSpecError as exc:
             form.add_spec_error(exc.field, exc.message)
         else:
