@@ -4,7 +4,10 @@ Run as ``python -m faulty_job --spec ...`` (this folder on PYTHONPATH) by a Devi
 ``job_module`` is ``faulty_job``. The spec's ``params`` go to the workload as usual; the fault is read from
 the environment of the agent's process: ``ZICO_TEST_FAULT_<job id>=<kind>`` with ``kind`` one of segfault,
 exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind, greedy; it strikes inside iteration 2 (forward
-pass), after the job has held pool memory for two iterations. A job without a fault trains normally.
+pass), after the job has held pool memory for two iterations. A job without a fault trains normally. Where the job
+itself ends (segfault, exit3, exception, escape-budget's out-of-memory error) it first writes
+``zico-test: fault at <time.monotonic()>`` to stderr: a time before its process exits, on the clock the test
+reads too (``CLOCK_MONOTONIC`` is the machine's), from which the test times how soon its chunks are back.
 
 ``greedy`` is a neighbour that never frees: it allocates 12 MiB tensors through torch (so from the agent's chunks)
 and keeps them, and after every out-of-memory error it tries again, until SIGTERM; then it frees everything and
@@ -25,18 +28,27 @@ FAULT_AT = 2
 GREEDY_STEP_BYTES = 12 << 20
 
 
+def stamp() -> None:
+    """The fault begins now (a time before this process exits), for the test's timing."""
+    sys.stderr.write(f"zico-test: fault at {time.monotonic():.6f}\n")
+    sys.stderr.flush()
+
+
 def strike(kind: str, spec: dict) -> None:
     import torch
     import zico_allocator as za
 
     budget = int(spec.get("test_budget_bytes") or 256 << 20)
     if kind == "segfault":
+        stamp()
         ctypes.string_at(0)
     elif kind == "exit3":
+        stamp()
         sys.stderr.write("about to exit with code 3\n")
         sys.stderr.flush()
         os._exit(3)
     elif kind == "exception":
+        stamp()
         raise RuntimeError(f"injected failure in iteration {FAULT_AT}")
     elif kind == "hang":
         time.sleep(3600)
@@ -46,7 +58,11 @@ def strike(kind: str, spec: dict) -> None:
         del held
     elif kind == "escape-budget":  # lift the budget from inside, then allocate 2x the budget through torch
         za.set_budget(None, device="cpu")
-        x = torch.ones(2 * budget // 4, dtype=torch.float32)
+        try:
+            x = torch.ones(2 * budget // 4, dtype=torch.float32)
+        except torch.OutOfMemoryError:  # the agent's refusal: the job ends failed with it
+            stamp()
+            raise
         time.sleep(3600)
         del x
     elif kind == "escape-bind":  # unbind (job 0), then allocate 2x the budget through torch
