@@ -5,7 +5,6 @@ training, the real native agent pool. Tests wait on the jobs' own messages, not 
 """
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
+from workers.crash_harness import ExitWatch, PacedAgent
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow
@@ -160,80 +160,6 @@ EXPECTED = {2: ["killed by signal SIGKILL"],
             10: ["outside the allocator"]}
 
 
-class HeldAgent(DeviceAgent):
-    """A device agent that holds a job's iteration before its gate while ``hold(job, iteration)`` is true (checked
-    every 20 ms), as a time shift would (the job waits for ``go``; a held job is waiting, not hung), and notes when
-    it first kills each job (``kills``: job -> monotonic s, taken before the SIGKILL). Otherwise the agent's own."""
-
-    def __init__(self, *args, hold, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.hold = hold
-        self.kills: dict[int, float] = {}
-
-    def _begin(self, run, proc, iteration: int) -> None:
-        run.in_gate = True
-        deadline = time.monotonic() + 600
-        while self.hold(run.job_id, iteration) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        super()._begin(run, proc, iteration)
-
-    def _kill(self, run, proc, reason: str) -> None:
-        self.kills.setdefault(run.job_id, time.monotonic())
-        super()._kill(run, proc, reason)
-
-    def _kill(self, run, proc, reason: str) -> None:
-        self.kills.setdefault(run.job_id, time.monotonic())
-        super()._kill(run, proc, reason)
-
-
-class ExitWatch:
-    """When each job process was seen to have exited (its pidfd turned readable: at or after the exit) and when the
-    agent pool next showed it holding nothing (at or after its chunks came back); the pidfd is opened at the job's
-    ``hello``, while the process certainly lives."""
-
-    def __init__(self, agent, runs: dict[int, JobRun]):
-        self.agent, self.runs = agent, runs
-        self.lock = threading.Lock()
-        self.exited: dict[int, float] = {}  # job -> monotonic s of the exit
-        self.held_at_exit: dict[int, int] = {}
-        self.back: dict[int, float] = {}  # job -> monotonic s when its held bytes read 0 after the exit
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-
-    def held(self, job: int) -> int:
-        return self.agent.pool.native.stats()["jobs"][job]["held_bytes"]
-
-    def on_hello(self, job: int) -> None:
-        fd = os.pidfd_open(self.runs[job].pid)
-        t = threading.Thread(target=self._watch, args=(job, fd), daemon=True)
-        self.threads.append(t)
-        t.start()
-
-    def _watch(self, job: int, fd: int) -> None:
-        try:
-            while not self.stop.is_set():
-                if select.select([fd], [], [], 0.5)[0]:
-                    break
-            else:
-                return
-            exited = time.monotonic()
-            held = self.held(job)
-            while held and not self.stop.is_set() and time.monotonic() - exited < 10:
-                time.sleep(0.002)
-                held = self.held(job)
-            with self.lock:
-                self.exited[job], self.held_at_exit[job] = exited, held
-                if held == 0:
-                    self.back[job] = time.monotonic()
-        finally:
-            os.close(fd)
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(15)
-
-
 def test_crash_matrix_each_fault_fails_its_job_with_the_reason_and_the_neighbour_finishes(tmp_path, job_path,
                                                                                          monkeypatch):
     """Issue 15's crash matrix (and the bypass attempts): each faulty job process ends failed with its reason,
@@ -262,7 +188,7 @@ def test_crash_matrix_each_fault_fails_its_job_with_the_reason_and_the_neighbour
         return job == 1 and ended < len(faulty) and iteration >= per_fault * (ended + 1)
 
     settings = AgentSettings(hang_timeout_s=8, stop_grace_s=5, bypass_margin_bytes=128 * MiB, job_module="faulty_job")
-    agent = HeldAgent("cpu", 1 << 30, budget, None, settings, hold=hold)
+    agent = PacedAgent("cpu", 1 << 30, budget, None, settings, hold=hold)
     agent.pool.native.set_wait(3.0)  # the over-budget request of escape-budget is refused after 3 s
     rec = Recorder()
     fault_at: dict[int, tuple[float, int]] = {}  # job -> (monotonic s, held bytes) as its fault began
