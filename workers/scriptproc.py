@@ -61,7 +61,8 @@ MAX_METRIC_KEYS = 200
 
 class MetricSink:
     """Where ``zico.log`` and ``zico.set_iterations_total`` go: ``metric`` messages, the latest values at most
-    once a second (the stats thread sends what waits), each with ``iterations_done``."""
+    once a second (the stats thread sends what waits), each with ``iterations_done``; and where
+    ``zico.iteration()`` blocks go: the job's :class:`StepClock`."""
 
     def __init__(self, control: jobproc.Control, clock: StepClock):
         self.control, self.clock = control, clock
@@ -93,6 +94,12 @@ class MetricSink:
         with self.clock.working():
             self.clock.total = total
             self.control.send("metric", values={"iterations_done": self.clock.steps}, iterations_total=total)
+
+    def begin_iteration(self) -> None:  # zico.iteration(): Note [Explicit iterations] in workers.stepclock
+        self.clock.block_begin()
+
+    def end_iteration(self) -> None:
+        self.clock.block_end()
 
     def flush(self) -> None:
         """Send what changed since the last ``metric`` (new values, iterations done); nothing otherwise, so a

@@ -20,8 +20,24 @@ Note [Iterations of an unmodified script]
 
     With several optimizers the first one that steps is the clock (a GAN's two steps per iteration count
     one); when it is garbage collected the next one that steps takes over. A script that builds no
-    optimizer runs ungated and reports no iterations. A step skipped by ``GradScaler`` (inf gradients) calls
-    no hook and counts nothing.
+    optimizer and marks no iteration itself (Note [Explicit iterations]) runs ungated and reports no
+    iterations. A step skipped by ``GradScaler`` (inf gradients) calls no hook and counts nothing.
+
+Note [Explicit iterations]
+    A loop without a torch optimizer says where its iterations are with ``with zico.iteration():``
+    (:mod:`zico_job`): entering the block is :meth:`StepClock.block_begin` (the gate round trip, the same
+    ``iteration_begin`` -> ``go`` as an optimizer's, so one round trip per iteration), leaving it
+    :meth:`StepClock.block_end` (``iteration_end``). A ``with`` block rather than one call per iteration
+    (``zico.step()``): the gate must come *before* the iteration's allocations, and a lone end mark would
+    leave the first iteration ungated and start each next one before whatever the loop does between its
+    iterations (loading the next batch, evaluating, logging), which would count as iteration time.
+
+    The rule with an optimizer, so nothing counts twice: from the first block on, the blocks are the clock.
+    Optimizer steps then begin and end nothing (inside a block a step marks its ``optimizer`` phase), and
+    the forward hook that begins iteration 0 is dropped. An iteration already open when the first block is
+    entered (the step's post-hook begins the next iteration at once, and so does the first forward after an
+    optimizer was built) was gated already: the block takes it over as its own, with no second round trip.
+    Blocks do not nest (RuntimeError).
 
 A stop (cancel, stale placement) raises :class:`JobStopped`, a ``BaseException``, from inside the hook, so the
 script's own ``except Exception`` does not swallow it.
@@ -68,6 +84,8 @@ class StepClock:
         self._t0 = 0.0
         self._marks: dict[str, float] = {}
         self.stopped: str | None = None
+        self.explicit = False  # Note [Explicit iterations]: zico.iteration() blocks are the clock
+        self._in_block = False
 
     def install(self) -> None:
         """Hook torch (imports it). Call once, before the script runs."""
@@ -114,12 +132,15 @@ class StepClock:
     def _first_forward(self, module, args) -> None:
         with self.working():
             self._drop_forward_hook()
-            if self.iteration < 0 and not self.open:
+            if self.iteration < 0 and not self.open and not self.explicit:
                 self._guarded(self._begin, 0)
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         with self.working():
             if not self._counts(optimizer):
+                return
+            if self.explicit:  # Note [Explicit iterations]: a step inside a block is a phase of it
+                self._mark("optimizer")
                 return
             self._drop_forward_hook()
             if not self.open:  # no forward was seen (or the stop path left it closed): begin here
@@ -128,7 +149,7 @@ class StepClock:
 
     def _post_step(self, optimizer, args, kwargs) -> None:
         with self.working():
-            if not self._counts(optimizer) or not self.open:
+            if not self._counts(optimizer) or not self.open or self.explicit:
                 return
             self._end()
             if self.total is None or self.steps < self.total:
@@ -139,6 +160,26 @@ class StepClock:
             if self.open and not self._backward_marked:
                 self._backward_marked = True
                 self._mark("backward")
+
+    # -- zico.iteration() blocks: Note [Explicit iterations] ------------------------------------------------
+    def block_begin(self) -> None:
+        """Entering a ``zico.iteration()`` block: begin an iteration (the gate round trip), or take over the one
+        the optimizer's hooks began. Raises RuntimeError inside another block, JobStopped when stopped."""
+        with self.working():
+            if self._in_block:
+                raise RuntimeError("zico.iteration(): blocks do not nest (one block is one iteration)")
+            self.explicit = True
+            self._drop_forward_hook()
+            if not self.open:
+                self._guarded(self._begin, self.steps)
+            self._in_block = True
+
+    def block_end(self) -> None:
+        """Leaving a ``zico.iteration()`` block (also by an exception): the iteration ends."""
+        with self.working():
+            self._in_block = False
+            if self.open and not self.stopped:
+                self._end()
 
     # -- the iteration ---------------------------------------------------------------------------------
     def _counts(self, optimizer) -> bool:

@@ -55,6 +55,8 @@ def test_held_curves_carry_the_solo_overhead_and_budgets_step_from_the_sum_to_th
     assert total == 100 * MiB and budgets[0] == total
     assert floor == pytest.approx((60 + 15) * MiB / 0.95, abs=2)  # max(peak_i + persistent_j) / (1 - headroom)
     assert budgets[-1] == pytest.approx(floor, abs=2) and budgets[0] > budgets[1] > budgets[2]
+    halfway, _, _ = budgets_for([a, b], 3, 0.05, at=[0.5])  # --budget-at 0.5: one budget, halfway to the floor
+    assert halfway == [int(total - 0.5 * (total - floor))]
 
 
 def _run(ends, go):
@@ -104,6 +106,7 @@ def test_the_report_gives_every_figure_per_pair_budget_and_mode():
     (["--pair", "digits-cnn+nope"], "expected A+B with A and B among"),
     (["--device", "tpu"], "--device must be cpu or cuda"),
     (["--iterations", "2"], "--iterations must be at least 4"),
+    (["--budget-at", "1.5"], "--budget-at must lie in [0, 1]"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(argv, message, capsys):
     assert main(argv) == 2

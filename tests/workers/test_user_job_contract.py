@@ -106,6 +106,59 @@ def test_zico_job_values_are_plain_and_calls_outside_a_job_do_nothing():
     assert got == [{"loss": 0.5, "step": 3, "ok": True, "lr": "nan", "note": None}, 7]
 
 
+def test_zico_iteration_blocks_reach_the_sink_even_when_the_body_raises_and_do_nothing_outside_a_job():
+    import zico_job
+
+    with zico_job.iteration():  # outside a job: nothing happens, nothing raises
+        pass
+    calls = []
+
+    class Sink:
+        def begin_iteration(self):
+            calls.append("begin")
+
+        def end_iteration(self):
+            calls.append("end")
+
+    zico_job._attach(Sink())
+    try:
+        with zico_job.iteration():
+            calls.append("body")
+        with pytest.raises(ValueError):
+            with zico_job.iteration():
+                raise ValueError("bad batch")
+    finally:
+        zico_job._attach(None)
+    assert calls == ["begin", "body", "end", "begin", "end"]
+
+
+def test_explicit_iteration_blocks_do_not_nest_and_are_the_clock_from_the_first_on():
+    # Note [Explicit iterations] in workers/stepclock.py, on the clock itself (the control socket recorded)
+    from workers.stepclock import StepClock
+
+    class Control:
+        def __init__(self):
+            self.sent = []
+
+        def begin(self, i):
+            self.sent.append(("iteration_begin", i))
+            return 0.0
+
+        def send(self, kind, **fields):
+            self.sent.append((kind, fields.get("iteration")))
+
+    control = Control()
+    clock = StepClock(control, 5, za=None)
+    clock.block_begin()
+    with pytest.raises(RuntimeError, match="do not nest"):
+        clock.block_begin()
+    clock.block_end()
+    clock.block_begin()
+    clock.block_end()
+    assert clock.steps == 2 and clock.explicit
+    assert control.sent == [("iteration_begin", 0), ("iteration_end", 0), ("iteration_begin", 1), ("iteration_end", 1)]
+
+
 def test_import_zico_in_a_job_is_the_job_api_and_needs_only_the_standard_library():
     # the job's import path (workers.agent.sandbox.IMPORT_PATH): the repo root and the shim, never platform/
     code = ("import sys, zico; import zico_job; "

@@ -267,3 +267,67 @@ def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_fil
     out = Path(job.spec["output_dir"])
     assert (out / "thread.txt").read_text() == "joined" and (out / "atexit.txt").read_text() == "ran"
     assert (out / "unclosed.txt").read_text() == "flushed at exit"
+
+
+def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_path):
+    # zico.iteration() (Note [Explicit iterations] in workers/stepclock.py): a script with hand-written SGD updates
+    # beside a plain Adam script, on one coordinator whose budget never fits one's iteration beside the other's
+    # (triangular stand-in curves, 10 MiB persistent + 100 MiB peak against 105 MiB: they must take turns).
+    from placement.coordinator import Coordinator
+    from placement.curves import triangular_curve
+
+    curve = triangular_curve(10 * MiB, 100 * MiB, iteration_s=0.05).to_dict()
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, Coordinator(105 * MiB),
+                        AgentSettings(hang_timeout_s=120, startup_timeout_s=120))
+    data = tmp_path / "neighbour-data"
+    data.mkdir()
+    neighbour = Job(tmp_path, 20, ["python", "mlp_adam.py", "--until-file", "/job/data/stop"], data_dir=str(data))
+    explicit = Job(tmp_path, 21, ["python", "explicit_iterations.py", "--mode", "manual", "--blocks", "8"])
+    done = threading.Event()
+
+    def stop_neighbour_when_the_explicit_job_ended():
+        while not done.is_set() and explicit.outcome is None:
+            time.sleep(0.05)
+        (data / "stop").touch()
+
+    watcher = threading.Thread(target=stop_neighbour_when_the_explicit_job_ended)
+    watcher.start()
+    try:
+        run_together(agent, [neighbour, explicit], extra={20: {"curve": curve}, 21: {"curve": curve}},
+                     after={21: neighbour.stepped})
+    finally:
+        done.set()
+        watcher.join()
+        agent.close()
+    out = explicit.outcome
+    assert out["status"] == "succeeded", out["reason"]
+    assert neighbour.outcome["status"] == "succeeded", neighbour.outcome["reason"]
+    # one iteration per block, each begun by one gate round trip (a go), with its backward pass marked
+    assert [m["iteration"] for m in explicit.of("iteration_end")] == list(range(8))
+    assert [m["iteration"] for m in explicit.of("go")] == list(range(8))
+    assert out["metrics"]["iterations_done"] == 8
+    assert {m["kind"] for m in explicit.of("mark")} == {"backward"}  # no optimizer: no optimizer phase
+    assert any(line.startswith("explicit: 8 blocks, 0 optimizer steps") for line in explicit.stdout()), explicit.lines
+    # gated for real: the coordinator held its iterations back while the neighbour's was in flight
+    assert out["metrics"]["delays"] >= 1 and out["metrics"]["delay_s"] > 0, out["metrics"]
+    assert sum(m["delay_s"] > 0 for m in explicit.of("go")) == out["metrics"]["delays"]
+    # the neighbour trained before, during and after the explicit job's iterations
+    ends = explicit.times_of("iteration_end")
+    assert any(ends[0] < t < ends[-1] for t in neighbour.times_of("iteration_end"))
+
+
+def test_a_script_with_an_optimizer_and_explicit_iterations_counts_each_iteration_once(tmp_path, agent):
+    # 3 plain Adam steps (iterations 0-2 from the optimizer), then 4 blocks of 2 micro-batches with a step each:
+    # the blocks are the clock from the first one on (the first takes over iteration 3, which the third step's
+    # hook had begun), so 11 optimizer steps make 7 iterations and 7 gate round trips.
+    job = Job(tmp_path, 22, ["python", "explicit_iterations.py", "--mode", "both", "--plain", "3", "--blocks", "4"])
+    run_together(agent, [job])
+    out = job.outcome
+    assert out["status"] == "succeeded", out["reason"]
+    assert any(line.startswith("explicit: 4 blocks, 11 optimizer steps") for line in job.stdout()), job.lines
+    assert [m["iteration"] for m in job.of("iteration_end")] == list(range(7))
+    assert [m["iteration"] for m in job.of("go")] == list(range(7))
+    assert out["metrics"]["iterations_done"] == 7
+    # a step inside a block marks its optimizer phase: two per block iteration, one per plain one
+    assert sorted({m["iteration"] for m in job.of("mark") if m["kind"] == "optimizer"}) == list(range(7))
+    assert sum(m["kind"] == "optimizer" for m in job.of("mark") if m["iteration"] >= 3) == 8

@@ -2,7 +2,7 @@
 run (a) sequentially, (b) uncoordinated, (c) with iteration time slicing and (d) with Zico, side by side.
 
     python -m workers.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
-        [--budgets 3] [--threads 1] [--gate-headroom 0.05] [--out prefix] [--doc docs/experiment.md]
+        [--budgets 3 | --budget-at F ...] [--threads 1] [--gate-headroom 0.05] [--out prefix] [--doc docs/experiment.md]
 
 Steps (every job its own process under a device agent; :mod:`.experiment_modes` says what each mode is):
 
@@ -14,8 +14,9 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
 3. **Pairs**: budgets from the sum of the pair's solo held peaks ``S`` down to its floor ``F`` in equal steps,
    where ``F`` is the least budget Zico's gate can plan (``minimal_feasible_budget`` of its curves over
    ``1 - gate headroom``, never below ``max_i(held_i + sum_j!=i persistent_j)``, the least any sharing needs).
-   Every mode runs at every budget, (a) first (its baseline measured close in time to the others: the
-   machine's other load moves every figure).
+   ``--budget-at F`` (repeatable) runs at the budgets ``S - F x (S - F_floor)`` instead (0: the sum, 1: the
+   floor; the GPU check's one budget halfway down). Every mode runs at every budget, (a) first (its baseline
+   measured close in time to the others: the machine's other load moves every figure).
 
 Zico's gate here plans *held-byte* curves: each job's allocated curve raised by its solo pool overhead (held
 peak less allocated peak), against ``(1 - 0.05) x budget`` (``--gate-headroom``); the device worker's default
@@ -75,16 +76,22 @@ def held_curve(curve: dict[str, Any], held_peak: int) -> dict[str, Any]:
             "meta": {**(curve.get("meta") or {}), "held_overhead_bytes": extra}}
 
 
-def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float) -> tuple[list[int], int, int]:
-    """``(budgets, S, F)``: ``count`` budgets from ``S`` (sum of held peaks) down to the floor ``F``, bytes; only
-    ``[S]`` when the floor is at or above ``S`` (Zico's gate cannot share the pair below the sum)."""
+def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
+                at: list[float] | None = None) -> tuple[list[int], int, int]:
+    """``(budgets, S, F)``: ``count`` budgets from ``S`` (sum of held peaks) down to the floor ``F``, bytes, or with
+    ``at`` (fractions in [0, 1]) the budgets ``S - f x (S - F)`` for each ``f``; only ``[S]`` when the floor is at or
+    above ``S`` (Zico's gate cannot share the pair below the sum)."""
     from placement.curves import curve_from_dict
     from placement.gating import minimal_feasible_budget
 
     total = sum(c["peak_bytes"] for c in held)
     gate_floor = minimal_feasible_budget([curve_from_dict(c) for c in held]) / (1 - gate_headroom)
     floor = int(gate_floor) + 1
-    if floor >= total or count == 1:
+    if floor >= total:
+        return [total], total, floor
+    if at:
+        return [int(total - f * (total - floor)) for f in at], total, floor
+    if count == 1:
         return [total], total, floor
     step = (total - floor) / (count - 1)
     return [int(total - k * step) for k in range(count)], total, floor
@@ -136,8 +143,9 @@ def parse_pairs(texts: list[str], known: dict[str, str]) -> list[tuple[str, str]
 
 def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 12, budgets: int = 3,
         gate_headroom: float = HELD_GATE_HEADROOM, jobs: dict[str, str] | None = None, settings=None,
-        say=print) -> dict[str, Any]:
-    """The whole experiment; returns the report (see :mod:`.experiment_report` for its fields)."""
+        say=print, budget_at: list[float] | None = None) -> dict[str, Any]:
+    """The whole experiment; returns the report (see :mod:`.experiment_report` for its fields). ``budget_at``:
+    fractions of the way from the sum of held peaks to the floor (replacing ``budgets``)."""
     from placement.compute_share import predicted_slowdown, relative_error, with_measured_share
     from placement.curves import curve_from_dict
 
@@ -150,6 +158,9 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
         raise UsageError(f"--iterations must be at least 4 (the first is warm-up), got {iterations}")
     if budgets < 1:
         raise UsageError(f"--budgets must be at least 1, got {budgets}")
+    for f in budget_at or []:
+        if not 0 <= f <= 1:
+            raise UsageError(f"--budget-at must lie in [0, 1] (0: the sum of held peaks, 1: the floor), got {f}")
     if not 0 <= gate_headroom < 1:
         raise UsageError(f"--gate-headroom must lie in [0, 1), got {gate_headroom}")
     used = sorted({k for p in pair_keys for k in p})
@@ -175,7 +186,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
     for a, b in pair_keys:
         pair = [catalog[a], catalog[b]]
         held = [held_curve(curves[k], profiles[k]["reserved_peak_bytes"]) for k in (a, b)]
-        bs, total, floor = budgets_for(held, budgets, gate_headroom)
+        bs, total, floor = budgets_for(held, budgets, gate_headroom, budget_at)
         share_ab = [curves[a]["meta"]["compute_share"], curves[b]["meta"]["compute_share"]]
         for budget in bs:
             row = {"pair": f"{a} + {b}", "budget_bytes": budget, "sum_held_peaks_bytes": total, "floor_bytes": floor,
@@ -228,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pair", action="append", default=None, help="A+B of the job names (repeat); default: the device's")
     ap.add_argument("--iterations", type=int, default=12, help="iterations of every job in every run (>= 4)")
     ap.add_argument("--budgets", type=int, default=3, help="budgets per pair, from the sum of held peaks to the floor")
+    ap.add_argument("--budget-at", type=float, action="append", default=None, metavar="F",
+                    help="instead of --budgets: a budget F of the way from the sum of held peaks (0) to the floor (1); "
+                         "repeat for more")
     ap.add_argument("--threads", type=int, default=1, help="CPU: intra-op threads of each job process (0: torch's)")
     ap.add_argument("--gate-headroom", type=float, default=HELD_GATE_HEADROOM)
     ap.add_argument("--out", default=None, help="path prefix: writes <out>.json, <out>.md and <out>.curves.json")
@@ -247,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        report = run(a.device, a.pair, a.iterations, a.budgets, a.gate_headroom, say=say)
+        report = run(a.device, a.pair, a.iterations, a.budgets, a.gate_headroom, say=say, budget_at=a.budget_at)
     except UsageError as exc:
         print(f"experiment: {exc}", file=sys.stderr)
         return 2

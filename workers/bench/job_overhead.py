@@ -6,7 +6,9 @@
 Arms, each a process of its own that stays up for the whole run:
 
 * **A** the job process: ``python -m workers.jobproc`` launched by a :class:`workers.agent.DeviceAgent` in this
-  process, its memory from the agent pool (CPU; on CUDA a pool of its own bounded by the budget), every
+  process, its memory from the agent pool (CPU: memfd chunks; CUDA: the agent's VMM chunks, imported and mapped
+  by the job, docs/allocator.md "On a CUDA device"; only where the driver refuses VMM chunks does the job get a
+  pool of its own bounded by the budget, :mod:`workers.agent.pool`; the report names which per workload), every
   iteration a gate round trip through the agent and the coordinator, its stats thread at 5 Hz.
 * **B** a plain process: the same catalog training loop with torch's own allocator, no agent, no gate.
 * **C** today's in-process model: the loop in a thread of a process that installed the shared allocator, bound
@@ -200,9 +202,11 @@ def child_env(threads: int) -> dict[str, str]:
 
 
 def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: int, warmup_rounds: int,
-            budget: int, capacity: int | None, env: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+            budget: int, capacity: int | None, env: dict[str, str],
+            facts: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Run the three arms of one workload; returns, per arm, each round's record (warm-up rounds included) as
-    :func:`workers.bench.overhead_report.summarize` takes it."""
+    :func:`workers.bench.overhead_report.summarize` takes it. ``facts`` (if given) gets ``pool``: where arm A's
+    memory came from, ``"agent pool"`` or ``"per-process pool"`` (:attr:`workers.agent.pool.Pool.shared`)."""
     from placement.coordinator import Coordinator
 
     total = (warmup_rounds + rounds) * steps
@@ -213,6 +217,8 @@ def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: i
     os.environ.update(env)  # the agent's job process inherits this process's environment
     turns = Turns()
     agent = TurnAgent(device, capacity, budget, Coordinator(0.85 * budget), AgentSettings.from_env(), turns=turns)
+    if facts is not None:
+        facts["pool"] = "agent pool" if agent.pool.shared else "per-process pool"
     outcome: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="zico-bench-"))
 
@@ -331,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for key, params in jobs:
-            times = measure(key, params, a.device, a.rounds, a.steps, a.warmup_rounds, budget, capacity, env)
+            facts: dict[str, Any] = {}
+            times = measure(key, params, a.device, a.rounds, a.steps, a.warmup_rounds, budget, capacity, env, facts)
             results.append({"job": f"{key}:" + ",".join(f"{k}={v}" for k, v in params.items()), "times_s": times,
-                            "summary": summarize(times, a.warmup_rounds)})
+                            "summary": summarize(times, a.warmup_rounds), **facts})
     except BenchError as exc:
         print(f"job_overhead: {exc}", file=sys.stderr)
         return 1

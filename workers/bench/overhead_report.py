@@ -82,7 +82,7 @@ def lines(results: list[dict[str, Any]], header: dict[str, Any]) -> list[str]:
            "wall-wait = a step's wall time less its training thread's wait for a CPU", ""]
     for res in results:
         s = res["summary"]
-        out += [f"## {res['job']}",
+        out += [f"## {res['job']}" + (f" (arm A's memory: {res['pool']})" if res.get("pool") else ""),
                 f"{'arm':<24}{'wall ms (IQR)':>24}{'wall-wait ms (IQR)':>24}{'thread CPU ms':>15}"
                 f"{'process CPU ms/it':>19}{'steps':>7}"]
         for arm in ARMS:
