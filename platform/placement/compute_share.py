@@ -32,7 +32,9 @@ Note [Measured compute share]
     time and the device's cores; NVML ``utilization.gpu`` on a GPU, without MPS one context's kernels at a
     time), capped by the bound: method ``utilisation``; without a utilisation, the bound itself (method
     ``bound``: pessimistic, the largest share the run allows). A job that ran alone the whole run has only
-    its utilisation.
+    its utilisation. A utilisation is the compute the job *got*: on a host shared with work outside Zico it
+    reads low (the demo's tiny-lm read 0.14 of two cores at load 12), which the next run's step times correct
+    once it contends.
 
     **Samples.** A run is measured from MIN_ITERATIONS steady iterations. The step-time branch needs
     overlapped compute worth MIN_OVERLAP_ITERATIONS solo steps and at least MIN_OVERLAP_FRACTION of the
