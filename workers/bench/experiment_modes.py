@@ -178,8 +178,9 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     ``slicing`` and ``zico`` (default: the budget; ``sequential`` and ``uncoordinated`` always use the budget).
     Returns ``{"mode", "budget_bytes", "capacity_bytes", "makespan_s", "peak_bytes", "over_budget_bytes",
     "budget_violations", "oom_failures", "failures", "gate_delay_s", "jobs": [...]}``; each job:
-    ``{"label", "status", "reason", "oom", "iterations", "delay_s", "durations_s", "step_s", "span_s"}``
-    (``step_s``: median iteration time, warm-up excluded). ``makespan_s`` is None when a job failed.
+    ``{"label", "status", "reason", "oom", "iterations", "delay_s", "durations_s", "step_s", "span_s",
+    "compute_share"}`` (``step_s``: median iteration time, warm-up excluded; ``compute_share``: the share the
+    agent's meter measured in this run, or None). ``makespan_s`` is None when a job failed.
     Raises ValueError for an unknown mode, or ``zico`` without curves.
     """
     if mode not in MODES:
@@ -240,7 +241,9 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
                         "oom": (not ok) and is_oom(out.get("reason", "")), "iterations": len(line.ends),
                         "delay_s": float(out.get("metrics", {}).get("delay_s", 0.0)), "durations_s": durations,
                         "step_s": median(durations), "span_s": spans[n],
-                        "ends": list(line.ends), "go": list(line.go)})
+                        "ends": list(line.ends), "go": list(line.go),
+                        # the device agent's own measurement (zico_contracts.computeshare), None when it had too little
+                        "compute_share": out.get("metrics", {}).get("compute_share")})
     failed = [r for r in results if r["status"] != "succeeded"]
     if failed or any(s is None for s in spans):
         makespan = None
