@@ -16,8 +16,9 @@ Note [Measured compute share]
     shares, DEFAULT_COMPUTE_SHARE for a job without one) and ``m`` of them are identical to this job (the
     same curve: their share is this job's, unknown). Over ``N`` iterations of solo step time ``t0`` the job
     did ``N * t0`` solo-seconds of work, ``A`` of them alone, so its overlapped compute was stretched by
-    ``F = O / (N * t0 - A)``, and the model says ``F = (1 + m) * s + sigma``: ``s = (F - sigma) / (1 + m)``
-    with ``sigma`` and ``m`` their time-weighted means over the overlapped seconds (exact while the
+    ``F = O / (N * t0 - A)`` (when ``A >= N * t0`` the job ran slower alone than ``t0`` says, so ``t0`` does
+    not hold for this run and its step times say nothing), and the model says ``F = (1 + m) * s + sigma``:
+    ``s = (F - sigma) / (1 + m)`` with ``sigma`` and ``m`` their time-weighted means over the overlapped seconds (exact while the
     neighbours stay the same, as in a pair; an average when they change within the run). ``t0`` is the
     median compute time of the run's own iterations that overlapped nothing, when there are
     MIN_SOLO_ITERATIONS of them (same host, same load, no profiler's tracing), else the curve's
@@ -190,15 +191,15 @@ def estimate_share(ev: ShareEvidence, curve_iteration_s: float | None) -> ShareE
         util = _clip(ev.busy_s / ev.busy_wall_s)
     common = dict(iterations=ev.iterations, solo_step_s=t0, solo_from=solo_from, compute_s=ev.compute_s,
                   alone_s=ev.alone_s, overlap_s=ev.overlap_s, utilisation=util, utilisation_s=ev.busy_wall_s)
+    left = ev.iterations * t0 - ev.alone_s  # solo work done while overlapped, seconds
     overlap = ev.overlap_s >= MIN_OVERLAP_ITERATIONS * t0 and ev.overlap_s >= MIN_OVERLAP_FRACTION * ev.compute_s
-    if not overlap:
+    if not overlap or left <= 0:  # left <= 0: slower alone than t0 says, which then does not hold for this run
         if util is None:
             return None
         return ShareEstimate(util, "utilisation", 1.0, neighbours_share=0.0, identical=0.0, slowdown=None, **common)
     sigma, m = ev.neighbours_share_s / ev.overlap_s, ev.identical_s / ev.overlap_s
-    left = ev.iterations * t0 - ev.alone_s  # solo work done while overlapped, seconds
-    stretch = ev.overlap_s / left if left > 0 else math.inf
-    common.update(neighbours_share=sigma, identical=m, slowdown=None if math.isinf(stretch) else stretch)
+    stretch = ev.overlap_s / left
+    common.update(neighbours_share=sigma, identical=m, slowdown=stretch)
     if stretch > 1 + NOISE:
         return ShareEstimate(_clip((stretch - sigma) / (1 + m)), "contention", 1.0, **common)
     bound = _clip((1 - sigma) / (1 + m)) if sigma < 1 else 1.0  # neighbours said to fill the device: no bound

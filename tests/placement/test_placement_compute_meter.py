@@ -1,6 +1,8 @@
 """A job's compute share measured from its run (placement.compute_meter, placement.compute_share): the device's
 meter fed the simulator's timeline, whose contention model is exact (placement.device_sim), recovers the
 shares the simulated jobs had; the 1/n floor, too little evidence and noise are told apart; runs combine."""
+import dataclasses
+
 import pytest
 
 from placement.compute_meter import ComputeMeter, curve_identity, curve_share
@@ -144,9 +146,17 @@ def test_a_stretch_within_the_noise_is_not_contention(stretch, method):
 
 
 def test_a_job_slower_than_the_model_allows_saturates_the_device():
+    ev = ShareEvidence(iterations=10, compute_s=40.0, alone_s=6.0, overlap_s=34.0, neighbours_share_s=17.0)
+    est = estimate_share(ev, 1.0)  # stretched 34 / 4 = 8.5x beside a neighbour of 0.5: clipped to the device
+    assert est.method == "contention" and est.share == 1.0 and est.slowdown == pytest.approx(8.5)
+
+
+def test_a_run_slower_alone_than_its_solo_time_has_no_step_time_estimate():
+    # 12 s alone for 10 iterations of a 1 s solo step: the solo time does not hold for this run
     ev = ShareEvidence(iterations=10, compute_s=40.0, alone_s=12.0, overlap_s=28.0, neighbours_share_s=14.0)
-    est = estimate_share(ev, 1.0)  # its alone seconds alone exceed its solo work: overlapped work did nothing
-    assert est.method == "contention" and est.share == 1.0 and est.slowdown is None
+    assert estimate_share(ev, 1.0) is None
+    est = estimate_share(dataclasses.replace(ev, busy_s=3.0, busy_wall_s=12.0), 1.0)
+    assert (est.method, est.share, est.slowdown) == ("utilisation", 0.25, None)
 
 
 def test_runs_combine_contention_first_weighted_by_overlap_and_a_repeat_is_not_counted():
