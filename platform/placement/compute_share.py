@@ -18,8 +18,9 @@ Note [Measured compute share]
     did ``N * t0`` solo-seconds of work, ``A`` of them alone, so its overlapped compute was stretched by
     ``F = O / (N * t0 - A)`` (when ``A >= N * t0`` the job ran slower alone than ``t0`` says, so ``t0`` does
     not hold for this run and its step times say nothing), and the model says ``F = (1 + m) * s + sigma``:
-    ``s = (F - sigma) / (1 + m)`` with ``sigma`` and ``m`` their time-weighted means over the overlapped seconds (exact while the
-    neighbours stay the same, as in a pair; an average when they change within the run). ``t0`` is the
+    ``s = (F - sigma) / (1 + m)`` with ``sigma`` and ``m`` their time-weighted means over the overlapped
+    seconds (exact while the neighbours stay the same, as in a pair; an average when they change within the
+    run). ``t0`` is the
     median compute time of the run's own iterations that overlapped nothing, when there are
     MIN_SOLO_ITERATIONS of them (same host, same load, no profiler's tracing), else the curve's
     ``iteration_s`` (the profile's, measured alone).
@@ -39,9 +40,10 @@ Note [Measured compute share]
 
     **Samples.** A run is measured from MIN_ITERATIONS steady iterations. The step-time branch needs
     overlapped compute worth MIN_OVERLAP_ITERATIONS solo steps and at least MIN_OVERLAP_FRACTION of the
-    compute: the noise of every iteration lands on the overlapped seconds, amplified by ``compute / O``;
-    with iteration times that vary by ~10 % (coefficient of variation, CPU jobs on a loaded host) four
-    iterations' worth puts two standard errors of their mean near NOISE. Utilisation needs alone compute
+    compute: the noise of every iteration lands on the overlapped seconds, amplified by ``compute / O``.
+    Solo step times varied by 4-17 % (coefficient of variation; median about 10 %) in the experiment's
+    sequential runs at load 9-16 on 2 cores; at 10 %, four iterations' worth puts two standard errors of
+    their mean at NOISE. Utilisation needs alone compute
     worth MIN_UTILISATION_ITERATIONS solo steps.
 
     **Runs, neighbours that change.** Each run is one measurement against its own neighbours, whose shares
