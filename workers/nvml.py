@@ -2,7 +2,8 @@
 configured capacity for the CPU pool.
 
 NVML names are used as NVML spells them: ``memory.total`` / ``memory.used`` (bytes) from
-``nvmlDeviceGetMemoryInfo``, ``utilization.gpu`` from ``nvmlDeviceGetUtilizationRates``, the name from ``nvmlDeviceGetName`` and the UUID from ``nvmlDeviceGetUUID``.
+``nvmlDeviceGetMemoryInfo``, ``utilization.gpu`` from ``nvmlDeviceGetUtilizationRates``, the name from
+``nvmlDeviceGetName`` and the UUID from ``nvmlDeviceGetUUID``.
 NVML never creates a CUDA context, so calling it in any process is safe.
 """
 from __future__ import annotations

@@ -123,7 +123,7 @@ class DeviceAgent:
         self.pool = Pool(device, capacity_bytes, budget_bytes)
         self.capacity_bytes = capacity_bytes
         self.coordinator = coordinator
-        # CPU: a job's utilisation is its CPU seconds over wall seconds x the cores the worker (and so its jobs) may use
+        # CPU: a job's utilisation is its CPU seconds over wall seconds x the cores the worker (so its jobs) may use
         self.meter = ComputeMeter(time.monotonic, cores=len(os.sched_getaffinity(0)) if device == "cpu" else 1)
         self._runs: dict[int, JobRun] = {}
         self._lock = threading.Lock()
