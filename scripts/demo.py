@@ -292,6 +292,13 @@ def main() -> None:
               f"{m.get('delay_max_s', 0):.2f} s; waits under 0.05 s are not delays); final loss "
               f"{m.get('loss', float('nan')):.3f}" + (f", train accuracy {m['train_accuracy']:.2f}"
                                                        if "train_accuracy" in m else ""))
+        share = m.get("compute_share")  # the agent's (Note [Measured compute share] in placement.compute_share)
+        if share:
+            stored = ((j.latest_profile().curve or {}).get("meta") or {}).get("compute_share")
+            print(f"  compute share measured: {share['share']:.2f} ({share['method']}; {share['overlap_s']:.1f} s "
+                  f"of its {share['compute_s']:.1f} s of compute beside the other"
+                  + (f", stretched {share['slowdown']:.2f}x" if share.get("slowdown") else "")
+                  + (f"; stored for its kind: {stored:.2f}" if stored else "") + ")")
     print(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; device capacity "
           f"{mib(device.total_bytes)}; budget {mib(budget_now)} (the scheduler co-locates this pair "
           + (f"from {mib(choice.lowest_accepted_bytes)} on)" if choice.lowest_accepted_bytes else

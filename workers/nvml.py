@@ -2,7 +2,8 @@
 configured capacity for the CPU pool.
 
 NVML names are used as NVML spells them: ``memory.total`` / ``memory.used`` (bytes) from
-``nvmlDeviceGetMemoryInfo``, the name from ``nvmlDeviceGetName`` and the UUID from ``nvmlDeviceGetUUID``.
+``nvmlDeviceGetMemoryInfo``, ``utilization.gpu`` from ``nvmlDeviceGetUtilizationRates``, the name from
+``nvmlDeviceGetName`` and the UUID from ``nvmlDeviceGetUUID``.
 NVML never creates a CUDA context, so calling it in any process is safe.
 """
 from __future__ import annotations
@@ -91,6 +92,18 @@ def gpu_process_used_bytes(index: int) -> dict[int, int] | None:
         pynvml = _nvml()
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(index))
         return {int(p.pid): int(p.usedGpuMemory) for p in procs if p.usedGpuMemory is not None}
+    except Exception:  # telemetry must never stop training
+        return None
+
+
+def gpu_utilization(index: int) -> float | None:
+    """NVML ``utilization.gpu`` of GPU ``index`` as a fraction in [0, 1] (``nvmlDeviceGetUtilizationRates``: the
+    share of NVML's last sample period, 1/6 s to 1 s by product, during which a kernel ran), or None if NVML
+    fails. The device agent's compute meter takes it as the utilisation of a job computing alone (Note
+    [Measured compute share] in placement.compute_share)."""
+    try:
+        pynvml = _nvml()
+        return int(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(index)).gpu) / 100.0
     except Exception:  # telemetry must never stop training
         return None
 

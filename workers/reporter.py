@@ -3,7 +3,8 @@
 Every ``SAMPLE_INTERVAL_S`` (0.2 s) it reads each running job process's figures as the device agent last got
 them (the job's ``stats`` messages, 5 Hz) and the pool's (the agent pool's held chunks), plus the device's used
 memory (NVML ``memory.used`` for a GPU, the resident memory of the worker and its job processes for the CPU
-pool), and publishes one sample per job and one device sample (``job: None``) through
+pool; on a GPU it also hands NVML ``utilization.gpu`` to the agent's compute meter), and publishes one sample
+per job and one device sample (``job: None``) through
 :class:`workers.link.Link`. Every ``HEARTBEAT_INTERVAL_S`` it refreshes the heartbeat, applies a budget the
 web side asked for, reports the OOMs the budget rule prevented (Note [OOM prevented] in workers.oom_watch),
 and flushes queued lifecycle messages. It never raises: telemetry must not stop training.
@@ -18,7 +19,7 @@ from typing import Any
 from zico_contracts import keys
 
 from .device import DeviceRuntime
-from .nvml import gpu_used_bytes, process_rss_bytes
+from .nvml import gpu_used_bytes, gpu_utilization, process_rss_bytes
 from .oom_watch import OomWatch
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ def collect_samples(rt: DeviceRuntime, now: float) -> list[dict[str, Any]]:
     st = rt.agent.pool.stats()
     if rt.config.kind == "gpu":
         used = gpu_used_bytes(rt.config.index)
+        busy = gpu_utilization(rt.config.index)
+        if busy is not None:  # the compute meter's reading (Note [Measured compute share] in placement.compute_share)
+            rt.agent.meter.utilisation(busy)
     else:
         used = sum(filter(None, [process_rss_bytes()] + [process_rss_bytes(r.job_pid or r.pid) for r in runs if r.pid]))
     samples.append({"job": None, "device": rt.device, "t": now,

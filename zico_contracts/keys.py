@@ -63,7 +63,8 @@ EVENT_KINDS = (
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
                        # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
     "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
-    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics
+    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics; metrics may carry
+                       # compute_share: the run's measured share (zico_contracts.computeshare)
     "profile_done",    # job, device, curve (DESIGN contract) or error
     "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
     "oom",             # job, device, details (allocator's last_oom())

@@ -89,15 +89,22 @@ def test_the_report_gives_every_figure_per_pair_budget_and_mode():
               "persistent_bytes": 5 * MiB, "held_peak_bytes": 60 * MiB, "iteration_s": 0.1}},
               "shares": {"a": {"solo_step_s": 0.1, "colocated_step_s": 0.15, "compute_share": 0.75}}, "rows": [row],
               "predictions": [{"pair": "a + b", "budget_bytes": 80 * MiB, "job": "a", "mode": "uncoordinated",
-                               "predicted": 1.5, "measured": 1.25, "error": 0.2, "in_sample": False}]}
+                               "predicted": 1.5, "measured": 1.25, "error": 0.2, "in_sample": False},
+                              {"pair": "a + b", "budget_bytes": 80 * MiB, "job": "b", "mode": "zico",
+                               "predicted": 1.2, "measured": 1.5, "error": -0.2, "in_sample": False,
+                               "predicted_worker": 1.56, "error_worker": 0.04}]}
     assert throughput_vs_sequential(row, "zico") == pytest.approx(1.25)
     assert throughput_vs_sequential(row, "uncoordinated") is None
     text = markdown(report)
     assert "| a + b | 80.0 | 0.80 | (d) zico | 1.25x | 8.00 | 79.0 | 0 | 1 | 1.25 |" in text
     assert "| a + b | 80.0 | 0.80 | (b) uncoordinated | - | - | 80.0 | 1 of 2 OOM | 0 | 0.00 |" in text
     assert "| a + b | 80.0 | 0.80 | (c) slicing | 1.11x | 9.00 | 75.0 | 0 | 0 | 4.50 |" in text
-    assert "| a | `digits-cnn:batch_size=8` | 50.0 | 5.0 | 60.0 | 100 | 150 | 0.75 |" in text
-    assert "| a + b | 80.0 | (b) | a | 1.25 | 1.50 | +20 % |" in text
+    assert "| a | `digits-cnn:batch_size=8` | 50.0 | 5.0 | 60.0 | 100 | 150 | 0.75 | - |" in text
+    assert "| a + b | 80.0 | (b) | a | 1.25 | 1.50 | +20 % | - | - |" in text
+    assert "| a + b | 80.0 | (d) | b | 1.50 | 1.20 | -20 % | 1.56 | +4 % |" in text  # the worker's shares too
+    assert "20 % with the experiment's shares, 4 % with the worker's (n = 1)" in text
+    report["shares"]["a"].update(worker_share=0.62, worker_method="contention")
+    assert "| 150 | 0.75 | 0.62 (contention) |" in markdown(report)
     assert "- a + b, (b) uncoordinated, b: OutOfMemoryError: agent refused: budget" in text
     assert "Wall time 61 s" in text
 

@@ -13,6 +13,11 @@ the job's live figures (read by the reporter). The calling thread supervises, fo
   SIGKILL, failed ("allocated X bytes outside the allocator (limit Y bytes ...)", Note [Memory outside the
   allocator]).
 
+The agent's compute meter (``meter``, :class:`placement.compute_meter.ComputeMeter`) sees every job's ``go`` and
+iteration end, and each job process's CPU time while it computes alone (CPU device; on a GPU the reporter feeds
+it NVML ``utilization.gpu``); a run's measured compute share goes into its metrics as ``compute_share``
+(zico_contracts.computeshare; Note [Measured compute share] in placement.compute_share).
+
 A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_contracts.userjob`): it runs as
 ``settings.script_module`` inside its sandbox (:mod:`.sandbox`), never unsandboxed; where no sandbox can run
 (:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
@@ -28,6 +33,7 @@ Note [Outcome of a job process]
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -35,11 +41,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from zico_contracts import userjob
+from placement.compute_meter import ComputeMeter
+from zico_contracts import computeshare, userjob
 
 from ..gate import Gate, RunStopped
 from . import sandbox
-from .launch import JobProcess, crash_site, describe_exit, rss_anon_bytes
+from .launch import JobProcess, crash_site, describe_exit, process_cpu_s, rss_anon_bytes
 from .pool import Pool
 from .settings import AgentSettings
 
@@ -73,6 +80,7 @@ class JobRun:
     on_output: Callable[[str, str], None] = lambda stream, line: None
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
+    compute_share: dict[str, Any] | None = None  # the run's measured share (zico_contracts.computeshare), at its end
     # live state
     pid: int | None = None
     job_pid: int | None = None
@@ -115,6 +123,8 @@ class DeviceAgent:
         self.pool = Pool(device, capacity_bytes, budget_bytes)
         self.capacity_bytes = capacity_bytes
         self.coordinator = coordinator
+        # CPU: a job's utilisation is its CPU seconds over wall seconds x the cores the worker (so its jobs) may use
+        self.meter = ComputeMeter(time.monotonic, cores=len(os.sched_getaffinity(0)) if device == "cpu" else 1)
         self._runs: dict[int, JobRun] = {}
         self._lock = threading.Lock()
         self._ended = threading.Condition(self._lock)  # notified whenever a run leaves ``_runs``
@@ -196,12 +206,15 @@ class DeviceAgent:
             raise
         run.pid = proc.pid
         gate.join(run.job_id)
+        cpu = (lambda: process_cpu_s(run.job_pid)) if self.device == "cpu" else None
+        self.meter.join(run.job_id, run.curve, cpu, continuous=run.profiling)
         proc.start()
         try:
             returncode = self._supervise(run, proc)
         finally:
             self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
             run.gate.leave(run.job_id)
+            self._measured(run)
             self._forget(run.job_id)
         proc.finish()
         return self._outcome(run, proc, returncode)
@@ -210,6 +223,17 @@ class DeviceAgent:
         with self._ended:
             self._runs.pop(job_id, None)
             self._ended.notify_all()
+
+    def _measured(self, run: JobRun) -> None:
+        """The run's compute share from the meter (None when it showed too little), checked against the wire
+        contract before it is sent: a bug here must not put a malformed object in the job's metrics."""
+        estimate = self.meter.leave(run.job_id)
+        if estimate is None:
+            return
+        try:
+            run.compute_share = computeshare.validate({**estimate.to_dict(), "device": self.device})
+        except computeshare.ShareError as exc:
+            log.warning("job %s: compute share measurement dropped: %s", run.job_id, exc)
 
     def _gate(self, run: JobRun, curve: dict[str, Any] | None) -> Gate:
         """``run``'s gate on this device's coordinator (not gated while ``curve`` is None). Raises CurveError."""
@@ -340,12 +364,15 @@ class DeviceAgent:
                                             or {}).get(run.job_pid or proc.pid, 0)
             run.iterations = msg["iterations"]
             run.iteration = msg["resumed_from"] - 1
+            if run.profiling:  # a profile run computes from now on without reporting iterations
+                self.meter.start(run.job_id)
         elif kind == "iteration_begin":
             self._begin(run, proc, msg["iteration"])
         elif kind == "mark":
             run.phase = msg["kind"]
             run.gate.progress(run.job_id, msg["kind"], msg["iteration"])
         elif kind == "iteration_end":
+            self.meter.end(run.job_id)
             run.phase = "done"
             run.gate.progress(run.job_id, "iteration_end", msg["iteration"])
         elif kind == "done":
@@ -367,6 +394,7 @@ class DeviceAgent:
             run.curve, run.next_curve = run.next_curve, None
             run.gate = self._gate(run, run.curve)
             run.gate.join(run.job_id)
+            self.meter.set_curve(run.job_id, run.curve)
         # Held back by the plan, its cache may serve the others (Note [Yielding jobs]); only beside neighbours on
         # its coordinator: a job alone there is never held, and a neighbour outside the coordinator (an ungated,
         # greedy job) must not drain its cache at every iteration start.
@@ -390,6 +418,7 @@ class DeviceAgent:
             run.delay_s += delay
             run.delays += 1
         run.gate.progress(run.job_id, "iteration_start", iteration)
+        self.meter.begin(run.job_id)  # it computes from its go (the wait above is not compute)
         proc.send("go", delay_s=float(delay))
         run.on_message({"type": "go", "iteration": iteration, "delay_s": float(delay)})
 
@@ -399,6 +428,8 @@ class DeviceAgent:
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
+        if run.compute_share is not None:
+            metrics[computeshare.METRIC] = run.compute_share
         out: dict[str, Any] = {"pid": run.job_pid or proc.pid, "returncode": returncode, "metrics": metrics}
         if run.done is not None and "curve" in run.done:  # a profile run's memory curve (workers.profiling)
             out["curve"] = run.done["curve"]

@@ -26,8 +26,12 @@ plans allocated curves with ``placement.gating.overhead_headroom`` (0.31-0.34 fo
 Printed per pair and budget (:mod:`.experiment_report`): throughput relative to (a) (its makespan over the
 mode's: same iterations), makespan, peak held bytes, jobs failed out of memory, budget violations (grants past
 the budget), gate delay; then the slowdowns predicted with the measured shares (the contention model for (b),
-the scheduler's plan for (d)) against those measured. ``--doc`` rewrites the page's measured section
-(:func:`.experiment_report.replace_section`). Bad input: one line on stderr, exit status 2.
+the scheduler's plan for (d)) against those measured, once with the shares of step 2 and once with the
+*worker's* shares: what the device agent's meter measured in every earlier run of the job in this experiment
+(step 2's included), combined as the control consumer stores them (Note [Measured compute share] in
+placement.compute_share), so each row is predicted out of sample, as the scheduler would predict it. ``--doc``
+rewrites the page's measured section (:func:`.experiment_report.replace_section`). Bad input: one line on
+stderr, exit status 2.
 """
 from __future__ import annotations
 
@@ -99,7 +103,7 @@ def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
 
 def measure_shares(jobs: dict[str, Job], device: str, iterations: int, settings=None) -> dict[str, dict[str, Any]]:
     """Per job label: ``solo_step_s``, ``colocated_step_s`` (beside an identical copy), ``compute_share``,
-    and the solo run (a ``run_mode`` result). Raises RuntimeError when a run failed."""
+    and the solo and copies runs (``run_mode`` results). Raises RuntimeError when a run failed."""
     from placement.compute_share import share_from_step_times
 
     out = {}
@@ -115,7 +119,7 @@ def measure_shares(jobs: dict[str, Job], device: str, iterations: int, settings=
         if not solo_s or not together:
             raise RuntimeError(f"measuring {label}'s compute share: too few iterations (raise --iterations)")
         out[label] = {"solo_step_s": solo_s, "colocated_step_s": together,
-                      "compute_share": share_from_step_times(solo_s, together, 2), "solo_run": solo}
+                      "compute_share": share_from_step_times(solo_s, together, 2), "solo_run": solo, "pair_run": pair}
     return out
 
 
@@ -129,6 +133,35 @@ def plan_slowdowns(held: list[dict[str, Any]], shares: list[float], plan_budget:
     jobs = [PlannedJob(n, "t", curve_from_dict(c), compute_share=s) for n, (c, s) in enumerate(zip(held, shares))]
     plan = plan_group(jobs, plan_budget)
     return [None] * len(held) if plan is None else [float(x) for x in plan.predicted_slowdown]
+
+
+class WorkerShares:
+    """The shares the device agent's meter measured in the experiment's runs, per job label, combined as the
+    control consumer stores them with a curve (``placement.compute_share.combine``); a label with none yet has
+    the scheduler's default."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, dict[str, Any]] = {}
+        self._runs = 0
+
+    def add(self, run: dict[str, Any]) -> None:
+        """Every job measurement of one ``run_mode`` result."""
+        from placement.compute_share import combine
+
+        for j in run["jobs"]:
+            if j.get("compute_share"):
+                self._runs += 1
+                self.meta[j["label"]] = combine(self.meta.get(j["label"]), j["compute_share"], job=self._runs)
+
+    def share(self, label: str) -> float:
+        from placement.compute_share import DEFAULT_COMPUTE_SHARE, SHARE_KEY
+
+        return (self.meta.get(label) or {}).get(SHARE_KEY, DEFAULT_COMPUTE_SHARE)
+
+    def method(self, label: str) -> str:
+        from placement.compute_share import MEASURED_KEY
+
+        return ((self.meta.get(label) or {}).get(MEASURED_KEY) or {}).get("method", "default")
 
 
 def parse_pairs(texts: list[str], known: dict[str, str]) -> list[tuple[str, str]]:
@@ -175,6 +208,10 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
         say(f"profiled {label}: peak {p['curve']['peak_bytes'] / MIB:.1f} MiB allocated, "
             f"{p['reserved_peak_bytes'] / MIB:.1f} MiB held, iteration {p['curve']['iteration_s'] * 1000:.0f} ms")
     shares = measure_shares(catalog, device, iterations, settings)
+    worker = WorkerShares()
+    for label in used:
+        worker.add(shares[label]["solo_run"])
+        worker.add(shares[label]["pair_run"])
     curves = {}
     for label in used:
         s = shares[label]
@@ -189,6 +226,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
         bs, total, floor = budgets_for(held, budgets, gate_headroom, budget_at)
         share_ab = [curves[a]["meta"]["compute_share"], curves[b]["meta"]["compute_share"]]
         for budget in bs:
+            worker_ab = [worker.share(a), worker.share(b)]  # from the runs before this row: out of sample
             row = {"pair": f"{a} + {b}", "budget_bytes": budget, "sum_held_peaks_bytes": total, "floor_bytes": floor,
                    "modes": {}}
             capacity = max(budget, (budget + total) // 2)  # room for the deadlock rule, as workers.colocate
@@ -196,30 +234,37 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
                 row["modes"][mode] = run_mode(mode, pair, budget, device, iterations, curves=held, capacity=capacity,
                                               gate_headroom=gate_headroom, settings=settings)
             rows.append(row)
+            for r in row["modes"].values():
+                worker.add(r)
             say(_progress(row))
             # slowdowns against the row's own (a), run just before: the machine's other load moves every figure
             solo_steps = [j["step_s"] for j in row["modes"]["sequential"]["jobs"]]
             solo_spans = [j["span_s"] for j in row["modes"]["sequential"]["jobs"]]
-            contention = predicted_slowdown(share_ab)
+            contention, by_worker = predicted_slowdown(share_ab), predicted_slowdown(worker_ab)
             for label, m in zip((a, b), colocated_slowdowns(row["modes"]["uncoordinated"], solo_steps)):
                 if m is not None and all(solo_steps):
                     predictions.append({"pair": row["pair"], "budget_bytes": budget, "job": label, "mode": "uncoordinated",
                                         "predicted": contention, "measured": m,
-                                        "error": relative_error(contention, m), "in_sample": a == b})
+                                        "error": relative_error(contention, m), "in_sample": a == b,
+                                        "predicted_worker": by_worker, "error_worker": relative_error(by_worker, m)})
             planned = plan_slowdowns(held, share_ab, (1 - gate_headroom) * budget)
-            for label, j, solo, p in zip((a, b), row["modes"]["zico"]["jobs"], solo_spans, planned):
+            planned_worker = plan_slowdowns(held, worker_ab, (1 - gate_headroom) * budget)
+            for label, j, solo, p, w in zip((a, b), row["modes"]["zico"]["jobs"], solo_spans, planned, planned_worker):
                 if p is not None and j["status"] == "succeeded" and j["span_s"] and solo:
                     m = j["span_s"] / solo
                     predictions.append({"pair": row["pair"], "budget_bytes": budget, "job": label, "mode": "zico",
                                         "predicted": p, "measured": m, "error": relative_error(p, m),
-                                        "in_sample": False})
+                                        "in_sample": False, "predicted_worker": w,
+                                        "error_worker": None if w is None else relative_error(w, m)})
     return {"device": device, "iterations": iterations, "threads": os.environ.get("OMP_NUM_THREADS"),
             "gate_headroom": gate_headroom, "jobs": {k: texts[k] for k in used},
             "profiles": {k: {"peak_bytes": profiles[k]["curve"]["peak_bytes"],
                              "persistent_bytes": profiles[k]["curve"]["persistent_bytes"],
                              "held_peak_bytes": profiles[k]["reserved_peak_bytes"],
                              "iteration_s": profiles[k]["curve"]["iteration_s"]} for k in used},
-            "shares": {k: {x: v for x, v in shares[k].items() if x != "solo_run"} for k in used},
+            "shares": {k: {**{x: v for x, v in shares[k].items() if x not in ("solo_run", "pair_run")},
+                           "worker_share": worker.share(k), "worker_method": worker.method(k)} for k in used},
+            "worker_curves_meta": worker.meta,
             "curves": curves, "rows": rows, "predictions": predictions, "wall_s": time.monotonic() - t_start}
 
 

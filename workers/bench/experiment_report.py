@@ -2,10 +2,12 @@
 
 Report fields: ``device``, ``iterations``, ``threads``, ``gate_headroom``, ``jobs`` (label -> job spec),
 ``profiles`` (label -> allocated ``peak_bytes``, ``persistent_bytes``, solo ``held_peak_bytes``,
-``iteration_s``), ``shares`` (label -> ``solo_step_s``, ``colocated_step_s``, ``compute_share``), ``rows``
+``iteration_s``), ``shares`` (label -> ``solo_step_s``, ``colocated_step_s``, ``compute_share``, and the device
+agent's own measurement over every run of the job, ``worker_share`` and ``worker_method``), ``rows``
 (``pair``, ``budget_bytes``, ``sum_held_peaks_bytes``, ``floor_bytes``, ``modes``: mode -> a
 :func:`.experiment_modes.run_mode` result), ``predictions`` (``pair``, ``job``, ``predicted``, ``measured``,
-``error``, ``in_sample``), ``wall_s``.
+``error``, ``in_sample``, and ``predicted_worker``, ``error_worker`` with the worker's shares as they stood before
+the row), ``wall_s``.
 """
 from __future__ import annotations
 
@@ -31,7 +33,10 @@ from the budget to the sum of held peaks: room for the deadlock rule, whose gran
 budget violations). Budgets run from the sum of the jobs' solo held peaks (chunks the pool granted each alone)
 down to the least budget Zico's gate can plan. Throughput: (a)'s makespan over the mode's (the same iterations;
 the jobs' first iterations start together once both are ready, startup excluded). The compute shares are
-measured (step time alone and beside an identical copy) and stored in each curve's meta."""
+measured twice: by the experiment (step time alone and beside an identical copy, stored in each curve's meta),
+and by the device agent's meter in every run, as in production (compute time beside the neighbours, gate waits
+excluded, and CPU time while alone; Note [Measured compute share] in placement.compute_share), combined over the
+runs as the control consumer stores them."""
 
 
 def throughput_vs_sequential(row: dict[str, Any], mode: str) -> float | None:
@@ -76,12 +81,13 @@ def markdown(report: dict[str, Any]) -> str:
            f"intra-op threads per job: {report.get('threads') or 'torch default'}; Zico's gate: held-byte curves "
            f"against {1 - report['gate_headroom']:.2f} x budget. Wall time {report['wall_s']:.0f} s.", "",
            "| job | spec | peak allocated MiB | persistent MiB | solo held peak MiB | step alone ms | "
-           "step beside a copy ms | compute share |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "step beside a copy ms | compute share | worker's share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, p in report["profiles"].items():
         s = report["shares"][k]
+        worker = f"{s['worker_share']:.2f} ({s['worker_method']})" if "worker_share" in s else "-"
         out.append(f"| {k} | `{report['jobs'][k]}` | {m(p['peak_bytes'])} | {m(p['persistent_bytes'])} | "
                    f"{m(p['held_peak_bytes'])} | {s['solo_step_s'] * 1000:.0f} | {s['colocated_step_s'] * 1000:.0f} | "
-                   f"{s['compute_share']:.2f} |")
+                   f"{s['compute_share']:.2f} | {worker} |")
     out += ["", "| pair | budget MiB | budget / sum of held peaks | mode | throughput vs (a) | makespan s | "
             "peak held MiB | failed (OOM) | budget violations | gate delay s |",
             "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
@@ -97,13 +103,23 @@ def markdown(report: dict[str, Any]) -> str:
             "row's (a), run just before): in (b), the contention model max(1, sum of shares) against the median "
             "iteration beside the partner over the median alone; in (d), the scheduler's plan "
             "(placement.groups.plan_group, held-byte curves, measured shares) against the job's run time over its "
-            "run time alone (gate delays included):", "",
-            "| pair | budget MiB | mode | job | measured | predicted | error |", "|---|---:|---|---|---:|---:|---:|"]
+            "run time alone (gate delays included); and the same predictions with the worker's shares as they stood "
+            "before the row (the device agent's measurements of every earlier run, combined):", "",
+            "| pair | budget MiB | mode | job | measured | predicted | error | predicted, worker's shares | error |",
+            "|---|---:|---|---|---:|---:|---:|---:|---:|"]
     for p in report["predictions"]:
         note = " (in sample)" if p["in_sample"] else ""
         mode = p.get("mode", "uncoordinated")
+        w, we = p.get("predicted_worker"), p.get("error_worker")
         out.append(f"| {p['pair']} | {m(p['budget_bytes'])} | ({LETTERS[mode]}) | {p['job']} | {p['measured']:.2f} | "
-                   f"{p['predicted']:.2f} | {p['error'] * 100:+.0f} %{note} |")
+                   f"{p['predicted']:.2f} | {p['error'] * 100:+.0f} %{note} | {'-' if w is None else f'{w:.2f}'} | "
+                   f"{'-' if we is None else f'{we * 100:+.0f} %'} |")
+    errors = [(abs(p["error"]), abs(p["error_worker"])) for p in report["predictions"]
+              if p.get("error_worker") is not None and not p["in_sample"]]
+    if errors:
+        out += ["", f"Mean absolute error of the predictions above (in-sample rows left out): "
+                    f"{sum(e for e, _ in errors) / len(errors) * 100:.0f} % with the experiment's shares, "
+                    f"{sum(w for _, w in errors) / len(errors) * 100:.0f} % with the worker's (n = {len(errors)})."]
     failures = [(row["pair"], mode, j["label"], j["reason"]) for row in report["rows"]
                 for mode, r in row["modes"].items() for j in r["jobs"] if j["status"] != "succeeded"]
     if failures:

@@ -13,7 +13,7 @@ from django.db.models import OuterRef, Subquery, TextField
 from django.db.models.functions import MD5, Cast
 from django.utils import timezone
 
-from placement.compute_share import stored_share
+from placement.compute_share import DEFAULT_COMPUTE_SHARE, stored_share
 from placement.curves import CurveError, MemoryCurve, curve_from_dict
 from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
 from zico.cluster.models import Device, Status
@@ -23,9 +23,6 @@ from zico.tenants.models import Tenant
 
 log = logging.getLogger(__name__)
 
-# Compute share assumed for a curve that does not carry one in ``meta["compute_share"]``
-# (Note [Contention model] in placement.device_sim): half a device.
-DEFAULT_COMPUTE_SHARE = 0.5
 # Device-memory-seconds older than this no longer count for fair share.
 USAGE_WINDOW = timedelta(days=7)
 

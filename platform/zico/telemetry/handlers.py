@@ -20,8 +20,9 @@ from placement.gating import DEFAULT_GATE_HEADROOM
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.outputs import archive_log
+from zico.jobs.shares import store_measured_share
 from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
-from zico_contracts import keys
+from zico_contracts import computeshare, keys
 from zico_contracts.oom import readable_reason
 
 from .downsample import Point
@@ -208,7 +209,8 @@ def on_job_delay(msg: dict[str, Any], r) -> None:
 
 
 def on_job_finished(msg: dict[str, Any], r) -> None:
-    """Record the outcome and metrics of a run; the placement ends when all its jobs are done."""
+    """Record the outcome and metrics of a run, and the compute share it measured with the job's curve
+    (zico.jobs.shares); the placement ends when all its jobs are done."""
     job = _job(msg)
     if job is None:
         return
@@ -216,6 +218,13 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
         log.info("ignoring the end of a stale run of job %s", job.pk)
         return
     status, metrics = msg.get("status"), dict(msg.get("metrics") or {})
+    share = metrics.pop(computeshare.METRIC, None)
+    if share is not None:  # a malformed measurement is dropped, never the run's outcome with it
+        try:
+            metrics[computeshare.METRIC] = share = computeshare.validate(share)
+        except computeshare.ShareError as exc:
+            log.warning("job %s: malformed compute share measurement not stored: %s", job.pk, exc)
+            share = None
     dev = device_for(msg["device"])
     placement = job.active_placement()
     if status not in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
@@ -233,6 +242,8 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
                        metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
+    if share is not None:  # stored with the curve of the job's kind (Note [Where a measured share is stored])
+        store_measured_share(job, share, msg.get("placement"))
     end_placement_if_done(placement, f"job {job.pk} {status}")
     archive_log(job, r)  # the run's output lines, from its Redis stream (Note [A job's log, live then stored])
 
