@@ -50,19 +50,19 @@ class ExperimentAgent(DeviceAgent):
         self._cond = threading.Condition()
         self._members: set[int] = set()
         self._arrived: set[int] = set()
-        self._finished: set[int] = set()  # not ``_ended``: DeviceAgent's condition has that name
+        self._gone: set[int] = set()  # jobs of the group whose process ended (not DeviceAgent._ended)
         self.released_at: float | None = None  # time.monotonic() when the group's first iterations went
         self._line: list[int] = []
         self._busy: int | None = None
 
     def expect(self, job_ids) -> None:
         with self._cond:
-            self._members, self._arrived, self._finished = set(job_ids), set(), set()
+            self._members, self._arrived, self._gone = set(job_ids), set(), set()
             self.released_at, self._line, self._busy = None, [], None
 
     def ended(self, job_id: int) -> None:
         with self._cond:
-            self._finished.add(job_id)
+            self._gone.add(job_id)
             if job_id in self._line:
                 self._line.remove(job_id)
             if self._busy == job_id:
@@ -75,7 +75,7 @@ class ExperimentAgent(DeviceAgent):
             self._arrived.add(run.job_id)
             if self.slicing and run.job_id not in self._line:
                 self._line.append(run.job_id)  # in line from its first arrival: the turns alternate from the start
-            self._cond.wait_for(lambda: self._members <= self._arrived | self._finished)
+            self._cond.wait_for(lambda: self._members <= self._arrived | self._gone)
             if self.released_at is None:
                 self.released_at = time.monotonic()
             self._cond.notify_all()
@@ -178,8 +178,9 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     ``slicing`` and ``zico`` (default: the budget; ``sequential`` and ``uncoordinated`` always use the budget).
     Returns ``{"mode", "budget_bytes", "capacity_bytes", "makespan_s", "peak_bytes", "over_budget_bytes",
     "budget_violations", "oom_failures", "failures", "gate_delay_s", "jobs": [...]}``; each job:
-    ``{"label", "status", "reason", "oom", "iterations", "delay_s", "durations_s", "step_s", "span_s"}``
-    (``step_s``: median iteration time, warm-up excluded). ``makespan_s`` is None when a job failed.
+    ``{"label", "status", "reason", "oom", "iterations", "delay_s", "durations_s", "step_s", "span_s",
+    "compute_share"}`` (``step_s``: median iteration time, warm-up excluded; ``compute_share``: the share the
+    agent's meter measured in this run, or None). ``makespan_s`` is None when a job failed.
     Raises ValueError for an unknown mode, or ``zico`` without curves.
     """
     if mode not in MODES:
@@ -240,7 +241,9 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
                         "oom": (not ok) and is_oom(out.get("reason", "")), "iterations": len(line.ends),
                         "delay_s": float(out.get("metrics", {}).get("delay_s", 0.0)), "durations_s": durations,
                         "step_s": median(durations), "span_s": spans[n],
-                        "ends": list(line.ends), "go": list(line.go)})
+                        "ends": list(line.ends), "go": list(line.go),
+                        # the device agent's own measurement (zico_contracts.computeshare), None when it had too little
+                        "compute_share": out.get("metrics", {}).get("compute_share")})
     failed = [r for r in results if r["status"] != "succeeded"]
     if failed or any(s is None for s in spans):
         makespan = None
