@@ -96,6 +96,24 @@ def test_a_run_goes_running_then_succeeded_with_metrics_and_its_placement_ends(c
     assert moves[-2:] == ["running", "succeeded"]
 
 
+def test_a_diverged_runs_nan_and_infinite_figures_do_not_keep_it_running(consumer, link, tenant, make_device,
+                                                                          make_placed_job):
+    """A training run whose loss diverged reports NaN (JSON has no NaN; PostgreSQL's jsonb refuses it): the figures
+    are stored as null and the run still ends with its outcome."""
+    job, placement = make_placed_job(tenant, make_device())
+    link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)
+    link.emit("job_progress", job=job.pk, placement=placement.pk, iteration=20, iterations=40,
+              values={"loss": float("nan"), "grad_norm": float("inf")})
+    link.emit("job_finished", job=job.pk, placement=placement.pk, status="succeeded", reason="",
+              metrics={"iterations_per_s": 12.5, "loss": float("nan"), "final": {"ppl": float("-inf")}})
+    link.flush()
+    drain(consumer)
+    job.refresh_from_db()
+    assert job.status == "succeeded"
+    assert job.metrics["loss"] is None and job.metrics["final"] == {"ppl": None}
+    assert job.metrics["iterations_per_s"] == 12.5
+
+
 def test_a_runs_delay_reports_become_one_event_with_its_latest_totals(consumer, link, tenant, make_device, make_placed_job):
     job, placement = make_placed_job(tenant, make_device())
     link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)

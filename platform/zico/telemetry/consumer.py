@@ -179,7 +179,9 @@ class ControlConsumer:
     def _decode(self, fields) -> dict | None:
         raw = fields.get(b"data") or fields.get("data")
         try:
-            return json.loads(raw)
+            # NaN and the infinities (Python's json writes them; a diverged loss is NaN) become null: JSON has
+            # no such numbers and PostgreSQL's jsonb refuses them, which would refuse the whole message
+            return json.loads(raw, parse_constant=lambda _name: None)
         except (TypeError, ValueError):
             log.warning("dropping malformed stream entry %r", fields)
             return None
