@@ -6,7 +6,8 @@ iteration time), then all jobs run together — each as its own process (``pytho
 one device agent (:mod:`workers.agent`: the agent pool, memfd chunks on CPU and VMM chunks on CUDA), gated by one
 coordinator planning held-byte curves (Note [Planning with held bytes] in placement.gating, the rule of the
 real-run experiment's mode d) — under ``budget = fraction x sum of solo peaks`` (at least the least budget that
-rule can plan, ``placement.gating.held_floor``; the report says which applied). A job that fails (crash,
+rule can plan, ``placement.gating.held_floor``; the report says which applied), their first iterations
+released together once every job is ready (startup is not what is shared). A job that fails (crash,
 error) is recorded with its ``status`` and reason; the others run on. Figures, as in the demo: per-job peaks,
 the pool's peak reserved against the sum of solo reserved peaks and the budget, time waited at the gate,
 throughput against solo, and the bytes one job process returned that the agent granted to another; per job
@@ -223,13 +224,18 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     za.empty_cache(device=adev)
     leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
     # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
-    # (python -m workers.jobproc), gated by one coordinator planning the held-byte curves below the budget.
-    from .agent import DeviceAgent, JobRun
+    # (python -m workers.jobproc), gated by one coordinator planning the held-byte curves below the budget. The
+    # agent holds every job's first iteration until all are ready (as the real-run experiment's does): a job
+    # that imports and builds faster would otherwise run much of its course alone, and nothing is shared.
+    from .agent import JobRun
+    from .bench.experiment_modes import ExperimentAgent, Timeline
 
     reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
-    agent = DeviceAgent(device, pool_capacity if device == "cpu" else None, budget,
-                        Coordinator((1 - gate_headroom) * budget), agent_settings)
+    agent = ExperimentAgent(device, pool_capacity if device == "cpu" else None, budget,
+                            Coordinator((1 - gate_headroom) * budget), agent_settings)
+    agent.expect(range(1, len(jobs) + 1))
+    lines = {n: Timeline() for n in range(1, len(jobs) + 1)}
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
@@ -240,15 +246,22 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
             out = agent.run(JobRun(job_id, {"workload": key, "params": p, "device": device,
                                             "checkpoint_dir": str(work / "checkpoints"),
                                             "data_dir": None if data_dir is None else str(data_dir),
-                                            "checkpoint_every_s": None}, curve=curve.to_dict()))
+                                            "checkpoint_every_s": None}, curve=curve.to_dict(),
+                                   on_message=lines[job_id].on_message))
         except Exception as exc:  # the process could not be launched: reported, never hidden
             errors.append(f"job {job_id} ({key}): {type(exc).__name__}: {exc}")
             results[job_id] = {"status": "failed", "pid": None}
             return
+        finally:
+            agent.ended(job_id)  # its place in the group's start is freed, whatever happened
         m = out["metrics"]
         r: dict[str, Any] = {"pid": out["pid"], "status": out["status"]}
+        ends = lines[job_id].ends
+        # from the group's release to the job's last iteration end (its startup and the others' excluded)
+        seconds = ends[-1] - agent.released_at if ends and agent.released_at is not None else m.get("train_s", 0.0)
         if out["status"] == "succeeded":
-            r.update({"iterations": iterations, "seconds": m["train_s"], "iterations_per_s": m["iterations_per_s"],
+            r.update({"iterations": iterations, "seconds": round(seconds, 3),
+                      "iterations_per_s": round(iterations / seconds, 4) if seconds > 0 else None,
                       "delay_s": m["delay_s"], "gate_waits": m["delays"],
                       "peak_allocated_bytes": int(m["peak_allocated_bytes"]),
                       "peak_reserved_bytes": int(m["peak_reserved_bytes"]),
