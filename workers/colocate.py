@@ -4,13 +4,17 @@ The device worker's machinery without Redis or a database, for the GPU check scr
 each job profiled alone in this process through the allocator (its allocator-trace curve: solo peak and
 iteration time), then all jobs run together — each as its own process (``python -m workers.jobproc``) under
 one device agent (:mod:`workers.agent`: the agent pool, memfd chunks on CPU and VMM chunks on CUDA), gated by one
-coordinator — under ``budget = fraction x sum of solo peaks`` (at least the group's minimal feasible budget;
-the report says which applied). A job that fails (crash, error) is recorded with its ``status`` and reason;
-the others run on. Figures, as in the demo: per-job peaks, the
-pool's peak reserved against the sum of solo reserved peaks and the budget, time waited at the gate, and
-throughput against solo; per job its process's ``pid`` and ``status``. Bad input (job specs, flags) is
-refused before anything runs: one line on stderr,
-exit status 2.
+coordinator planning held-byte curves (Note [Planning with held bytes] in placement.gating, the rule of the
+real-run experiment's mode d) — under ``budget = fraction x sum of solo peaks`` (at least the least budget that
+rule can plan, ``placement.gating.held_floor``; the report says which applied), their first iterations
+released together once every job is ready (startup is not what is shared). A job that fails (crash,
+error) is recorded with its ``status`` and reason; the others run on. Figures, as in the demo: per-job peaks,
+the pool's peak reserved against the sum of solo reserved peaks and the budget, time waited at the gate,
+throughput against solo, and the bytes one job process returned that the agent granted to another; per job
+its process's ``pid`` and ``status``. The run must show sharing, or the exit status is 1 and stderr says what
+is missing (:func:`verdict`): every job succeeded, the pool's peak within the budget, the budget below the sum
+of the solo reserved peaks, bytes moved between the processes. Bad input (job specs, flags) is refused before
+anything runs: one line on stderr, exit status 2.
 
     python -m workers.colocate --device cuda:0 --job resnet50:batch_size=64 \
         --job gpt2-small:batch_size=8,seq_len=1024 --iterations 30 --out var/gpu-check/colocate
@@ -132,6 +136,8 @@ def feasible_floor(curves, reserved_peaks: list[int], margin: float = 1.05) -> i
     """Least budget (bytes) under which each job can run its iteration with the others idle, counting the
     pool's overhead: ``margin x max_i(reserved_peak_i + sum_{j != i} persistent_j)`` (the gating rule's
     minimal feasible budget, Note [Gating rule] in placement.gating, with reserved instead of allocated peaks).
+    The demo's floor (scripts/demo.py, whose device worker plans allocated curves); :func:`run` plans held-byte
+    curves and uses ``placement.gating.held_floor``.
     """
     persistent = sum(c.persistent_bytes for c in curves)
     return int(margin * max(r + persistent - c.persistent_bytes for c, r in zip(curves, reserved_peaks)))
@@ -148,12 +154,19 @@ def _install(za, device: str, capacity: int | None) -> Any:
 
 def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations: int = 20,
         budget_fraction: float = 0.8, capacity: int | None = None, data_dir: str | Path | None = None,
-        warmup: int = 1, steady: int = 3, gate_headroom: float | None = None, agent_settings=None) -> dict[str, Any]:
+        warmup: int = 1, steady: int = 3, gate_headroom: float | None = None, agent_settings=None,
+        threads: int | None = None) -> dict[str, Any]:
     """Profile each job alone, then run them together under the budget; returns the report dict.
 
-    ``gate_headroom`` None: derived from the jobs' solo pool overhead (placement.gating.overhead_headroom), as
-    the demo does. The co-located pool's capacity is ``capacity`` when given, else (CPU) halfway from the
-    budget to the sum of the solo reserved peaks: room for the deadlock rule, still below that sum.
+    The gate plans each job's held-byte curve (``placement.gating.held_curve``: its allocated curve raised by
+    its solo pool overhead, held at its peak from its backward mark) against ``(1 - gate_headroom) x budget``,
+    ``gate_headroom`` None meaning ``placement.gating.HELD_GATE_HEADROOM`` (Note [Planning with held bytes]),
+    the rule the real-run experiment's mode (d) uses too; the floor is ``placement.gating.held_floor``. The
+    co-located pool's capacity is ``capacity`` when given, else (CPU) halfway from the budget to the sum of
+    the solo reserved peaks: room for the deadlock rule, still below that sum. ``threads`` (CPU): intra-op
+    threads of the solo profiles and of every job process (``OMP_NUM_THREADS``), None leaving torch's
+    default. Whether the run showed sharing (budget below that sum, bytes moved between the processes) is
+    :func:`verdict`'s.
 
     Raises UsageError (a ValueError) for bad input, before anything runs (``check_inputs``), and also when
     the device cannot be used or a job runs out of a ``capacity``-bounded CPU pool while profiled alone;
@@ -162,7 +175,13 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     co-located is recorded in the report's ``errors``.
     """
     check_inputs(jobs, device, iterations, budget_fraction, capacity, data_dir)
+    intra_op_threads = threads if device == "cpu" else None  # (``threads`` names the job threads below)
+    if threads is not None and device == "cpu":  # before torch starts its thread pool; job processes inherit it
+        os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     import torch
+
+    if threads is not None and device == "cpu":
+        torch.set_num_threads(threads)
     import zico_allocator as za
     from placement.coordinator import Coordinator
     from zico_workloads.catalog import ParamsError, UnknownWorkload
@@ -192,12 +211,12 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
                      "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
                      "peak_reserved_bytes_solo": reserved_peak})
     solo_sum = sum(c.peak_bytes for c in curves)
-    if gate_headroom is None:  # Note [Headroom from the jobs' own overhead] in placement.gating
-        from placement.gating import overhead_headroom
+    from placement.gating import HELD_GATE_HEADROOM, held_curve, held_floor
 
-        gate_headroom = overhead_headroom(solo_sum, sum(s["peak_reserved_bytes_solo"] for s in solo))
-    # The gate plans below the budget (Note [Gate headroom]); the floor leaves it room to co-run the jobs.
-    floor = feasible_floor(curves, [s["peak_reserved_bytes_solo"] for s in solo]) / (1 - gate_headroom)
+    if gate_headroom is None:  # Note [Planning with held bytes] in placement.gating
+        gate_headroom = HELD_GATE_HEADROOM
+    held = [held_curve(c, s["peak_reserved_bytes_solo"]) for c, s in zip(curves, solo)]
+    floor = held_floor(held, gate_headroom)  # the least budget the gate can plan, its headroom left free
     budget = int(max(budget_fraction * solo_sum, floor))
     gc.collect()  # the profiled models hold reference cycles; free them before the budget applies
     if device.startswith("cuda"):
@@ -205,14 +224,18 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     za.empty_cache(device=adev)
     leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
     # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
-    # (python -m workers.jobproc), gated by one coordinator. Note [Gate headroom] (workers.device): the
-    # coordinator plans with allocated bytes below the budget.
-    from .agent import DeviceAgent, JobRun
+    # (python -m workers.jobproc), gated by one coordinator planning the held-byte curves below the budget. The
+    # agent holds every job's first iteration until all are ready (as the real-run experiment's does): a job
+    # that imports and builds faster would otherwise run much of its course alone, and nothing is shared.
+    from .agent import JobRun
+    from .bench.experiment_modes import ExperimentAgent, Timeline
 
     reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
-    agent = DeviceAgent(device, pool_capacity if device == "cpu" else None, budget,
-                        Coordinator((1 - gate_headroom) * budget), agent_settings)
+    agent = ExperimentAgent(device, pool_capacity if device == "cpu" else None, budget,
+                            Coordinator((1 - gate_headroom) * budget), agent_settings)
+    agent.expect(range(1, len(jobs) + 1))
+    lines = {n: Timeline() for n in range(1, len(jobs) + 1)}
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
@@ -223,15 +246,22 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
             out = agent.run(JobRun(job_id, {"workload": key, "params": p, "device": device,
                                             "checkpoint_dir": str(work / "checkpoints"),
                                             "data_dir": None if data_dir is None else str(data_dir),
-                                            "checkpoint_every_s": None}, curve=curve.to_dict()))
+                                            "checkpoint_every_s": None}, curve=curve.to_dict(),
+                                   on_message=lines[job_id].on_message))
         except Exception as exc:  # the process could not be launched: reported, never hidden
             errors.append(f"job {job_id} ({key}): {type(exc).__name__}: {exc}")
             results[job_id] = {"status": "failed", "pid": None}
             return
+        finally:
+            agent.ended(job_id)  # its place in the group's start is freed, whatever happened
         m = out["metrics"]
         r: dict[str, Any] = {"pid": out["pid"], "status": out["status"]}
+        ends = lines[job_id].ends
+        # from the group's release to the job's last iteration end (its startup and the others' excluded)
+        seconds = ends[-1] - agent.released_at if ends and agent.released_at is not None else m.get("train_s", 0.0)
         if out["status"] == "succeeded":
-            r.update({"iterations": iterations, "seconds": m["train_s"], "iterations_per_s": m["iterations_per_s"],
+            r.update({"iterations": iterations, "seconds": round(seconds, 3),
+                      "iterations_per_s": round(iterations / seconds, 4) if seconds > 0 else None,
                       "delay_s": m["delay_s"], "gate_waits": m["delays"],
                       "peak_allocated_bytes": int(m["peak_allocated_bytes"]),
                       "peak_reserved_bytes": int(m["peak_reserved_bytes"]),
@@ -242,7 +272,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         results[job_id] = r
 
     threads = [threading.Thread(target=one, args=(n, key, params, c), name=f"job-{n}")
-               for n, ((key, params), c) in enumerate(zip(jobs, curves), start=1)]
+               for n, ((key, params), c) in enumerate(zip(jobs, held), start=1)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -250,6 +280,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         t.join()
     wall = time.perf_counter() - t0
     pool = agent.pool.stats()
+    native = agent.pool.native.stats()["pool"] if agent.pool.native is not None else {}
     pool_kind = "agent" if agent.pool.shared else "per-process"
     agent.close()
     shutil.rmtree(work, ignore_errors=True)
@@ -259,6 +290,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "device": device, "torch": torch.__version__, "iterations": iterations, "budget_bytes": budget,
         "budget_fraction": budget_fraction, "minimal_feasible_budget_bytes": int(floor),
         "capacity_bytes": int(pool_capacity) if device == "cpu" else None, "gate_headroom": gate_headroom,
+        "planning": "held-byte curves (placement.gating.held_curve)",
+        "agent_pid": os.getpid(),  # this process holds the device agent; each job's ``pid`` is its own process
         # which rule set the budget: the fraction of the solo peaks, or the feasible floor above it
         "fraction_budget_bytes": int(budget_fraction * solo_sum),
         "budget_source": "feasible_floor" if floor > budget_fraction * solo_sum else "fraction",
@@ -267,6 +300,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "pool_peak_allocated_bytes": int(pool["peak_allocated"]), "pool": pool_kind, "wall_s": wall, "errors": errors,
         # reuse across processes: chunks one job process returned that the agent then granted to another
         "transfer_bytes": pool.get("transfer_bytes"), "transfers": pool.get("transfers"),
+        # grants past the budget by the agent's deadlock rule (docs/allocator.md); None with per-process pools
+        "deadlock_grants": native.get("deadlock_grants"), "threads": intra_op_threads,
         # "delays": the coordinator's own delay records (an iteration held back by the sharing plan);
         # "gate_waits": all the time the jobs waited at the gate (the per-job delay_s summed), which also
         # counts each job's first iteration waiting for the others' to end (Note [Warm-up iteration] in placement/pacing.py)
@@ -284,7 +319,35 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     report["peak_within_budget"] = report["pool_peak_reserved_bytes"] <= budget
     report["peak_vs_sum_of_solo_peaks"] = report["pool_peak_reserved_bytes"] / solo_sum  # reserved vs allocated
     report["peak_vs_sum_of_solo_reserved_peaks"] = report["pool_peak_reserved_bytes"] / solo_reserved_sum
+    report["budget_below_sum_of_solo_reserved_peaks"] = budget < solo_reserved_sum
+    report["problems"] = verdict(report)
     return report
+
+
+def verdict(report: dict[str, Any]) -> list[str]:
+    """What keeps ``report`` (from :func:`run`) from showing jobs sharing one pool below the sum of their
+    peaks, one sentence each (empty: it shows it): a job that did not succeed; the pool's peak reserved bytes
+    over the budget; a budget not below the sum of the solo reserved peaks (nothing had to be shared); no
+    bytes moved between the job processes (``transfer_bytes`` 0, or None with per-process pools)."""
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+    out = []
+    for n, j in enumerate(report["jobs"], start=1):
+        if j.get("status") != "succeeded":
+            out.append(f"job {n} ({j['workload']}) ended {j.get('status')}: {j.get('reason', 'not launched')}")
+    if report["pool_peak_reserved_bytes"] > report["budget_bytes"]:
+        out.append(f"the pool's peak reserved bytes ({mib(report['pool_peak_reserved_bytes'])}) exceeded the budget "
+                   f"({mib(report['budget_bytes'])})")
+    reserved_sum = report["sum_solo_reserved_peaks_bytes"]
+    if report["budget_bytes"] >= reserved_sum:
+        out.append(f"the budget ({mib(report['budget_bytes'])}, {report.get('budget_source', 'fraction')}) is not "
+                   f"below the sum of the jobs' solo reserved peaks ({mib(reserved_sum)}): they did not have to "
+                   "share (the least budget the gate can plan for them is "
+                   f"{mib(report['minimal_feasible_budget_bytes'])})")
+    if not report.get("transfer_bytes"):
+        how = ("each job process had a pool of its own (no agent pool on this device)"
+               if report.get("transfer_bytes") is None else "no chunk one job process returned went to another")
+        out.append(f"no bytes moved between the job processes: {how}")
+    return out
 
 
 def _budget_line(report: dict[str, Any], m) -> str:
@@ -318,7 +381,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"coordinator delay records: {report['delays']['count']} ({report['delays']['total_ms'] / 1000:.2f} s)",
              f"- pool capacity: {m(report.get('capacity_bytes'))} MiB; gate headroom {report.get('gate_headroom')}; "
              f"reuse across processes: {m(report.get('transfer_bytes'))} MiB in {report.get('transfers')} chunk "
-             "transfers (chunks one job process returned, granted to another)",
+             "transfers (chunks one job process returned, granted to another); grants past the budget (deadlock "
+             f"rule): {report.get('deadlock_grants')}",
              f"- wall {report['wall_s']:.1f} s", "",
              "| job | solo peak MiB | solo reserved peak MiB | peak allocated MiB (co-located) | solo it/s "
              "| co-located it/s | vs solo | delay s | loss |",
@@ -330,6 +394,10 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{(j.get('throughput_vs_solo') or 0):.2f} | {j.get('delay_s', 0):.2f} | {j.get('loss', float('nan')):.3f} |")
     if report["errors"]:
         lines += ["", "Errors:", *[f"- {e}" for e in report["errors"]]]
+    problems = report["problems"] if "problems" in report else verdict(report)
+    lines += ["", "Not shown (exit status 1):", *[f"- {p}" for p in problems]] if problems else [
+        "", "Shown: both jobs finished, sharing one pool below the sum of their solo reserved peaks, within the "
+        "budget, bytes moving between the processes."]
     return "\n".join(lines) + "\n"
 
 
@@ -371,7 +439,9 @@ def _say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 ok, 1 the run failed or a job failed or overran the budget, 2 bad input."""
+    """Exit status: 0 ok; 1 the run failed, or it did not show sharing (:func:`verdict`: a job failed, the pool
+    overran the budget, the budget was not below the sum of the solo reserved peaks, or no bytes moved between
+    the job processes; each said on stderr); 2 bad input."""
     from .nvml import parse_bytes
 
     ap = argparse.ArgumentParser(prog="python -m workers.colocate", description=__doc__.splitlines()[0])
@@ -383,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="budget = this x sum of solo peaks, in (0, 1]; raised to the feasible floor if below")
     ap.add_argument("--capacity", default=None, help="CPU pool capacity, e.g. 2GiB (cpu only)")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="cpu: intra-op threads of each job (default 1: two jobs on shared cores with torch's "
+                         "default thread count spin against each other; 0: torch's default)")
     ap.add_argument("--out", required=True, help="path prefix in an existing folder: writes <out>.json and <out>.md")
     a = ap.parse_args(argv)
     try:
@@ -395,8 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             raise UsageError(f"--capacity: {exc}") from None
         check_inputs(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
+        if a.threads < 0:
+            raise UsageError(f"--threads must be an integer >= 0, got {a.threads}")
         out = _check_out(a.out)
-        report = run(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir)
+        report = run(jobs, a.device, a.iterations, a.budget_fraction, capacity, a.data_dir,
+                     threads=a.threads or None)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(markdown(report))
     except UsageError as exc:
@@ -408,8 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(str(exc) if isinstance(exc, ColocateError) else f"{type(exc).__name__}: {exc}")
         return 1
     print(markdown(report))
-    ok = not report["errors"] and report["peak_within_budget"] and all(j.get("iterations_per_s") for j in report["jobs"])
-    return 0 if ok else 1
+    problems = report["problems"]
+    for p in problems:
+        _say(p)
+    return 0 if not problems and not report["errors"] else 1
 
 
 if __name__ == "__main__":

@@ -151,7 +151,8 @@ void AgentServer::set_budget(uint64_t bytes) {
 // *yielding*: the plan says the others run now, and the memory it keeps cached is exactly what they
 // need for their forward pass (Zico's sharing: one job's freed memory serves the other's forward).
 // The agent marks it (set_yielding, from the coordinator gate in workers/agent/agent.py) while it
-// waits there, and any waiter may then reclaim from it, whatever either holds. Without this, a
+// waits there, and through the iteration that follows (Note [Yielding through the iteration] there:
+// the plan counts curves, not caches), and any waiter may then reclaim from it, whatever either holds. Without this, a
 // larger job waiting for 20 MiB stalled 30 s beside a gated neighbour caching 140 MiB, until its
 // request was refused (measured in the demo with each job in its own process).
 bool AgentServer::set_yielding(int64_t job, bool yielding) {

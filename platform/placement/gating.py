@@ -68,6 +68,68 @@ def overhead_headroom(allocated_peaks_bytes: float, reserved_peaks_bytes: float)
     return round(min(0.9, max(MIN_GATE_HEADROOM, 1 - ratio + GATE_HEADROOM_MARGIN)), 3)
 
 
+# Note [Planning with held bytes]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The budget bounds the bytes the pool has *granted* (held: a job's segments, cached blocks included); a curve
+# counts *allocated* bytes. ``workers.colocate`` and the real-run experiment (workers.bench.experiment, mode d)
+# plan with one rule, ``held_curve`` + ``HELD_GATE_HEADROOM``:
+#
+# 1. Held bytes: every point of the job's curve, and its persistent bytes, raised by its solo pool overhead
+#    (its solo held peak less its allocated peak), so the curve counts what the budget counts.
+# 2. At its peak from its backward mark: the coordinator's pacer (placement.pacing) holds a job at its peak
+#    during its forward pass and, at the ``backward`` mark, re-anchors it at its curve's peak. A job whose peak
+#    comes later, inside its backward pass (resnet18 on CPU: backward at 0.35 of the iteration, the peak at
+#    0.71, gradients piling up as activations go), was then seen 0.37 of an iteration further on than it was,
+#    already falling while it still rose, and a neighbour was let in beside its real peak: both jobs waited for
+#    memory at once and the agent's deadlock rule granted past the budget (7-23 grants per run of resnet18 +
+#    tiny-lm at the floor of rule 1 with a 0.05 headroom; 10-18 at 0.10). So the curve holds its peak from the
+#    step of its backward mark (``meta["phase_fractions"]["backward"]``, written by the allocator-trace
+#    profile) up to the peak: the first peak point is then the backward mark, and the pacer's anchor is right.
+# 3. ``HELD_GATE_HEADROOM`` of the budget left for what the solo figures do not show: a neighbour's cache that
+#    the agent does not take back (it reclaims for a waiter only from a job holding at least as much, or held at
+#    its gate) and a loaded machine's timing. Measured on resnet18 + tiny-lm at the floor this rule gives, 2
+#    shared cores at load 7-17: 0 grants past the budget in 3 of 3 runs at 0.10, grants in 1 of 4 runs at 0.05.
+#
+# The least budget this rule can plan is ``held_floor``: ``minimal_feasible_budget`` of the held curves over
+# ``1 - HELD_GATE_HEADROOM``. (The device worker plans stored allocated curves with ``overhead_headroom``
+# instead: it does not know a stored curve's held peak. For this pair that rule's floor is above the sum of the
+# solo held peaks.)
+HELD_GATE_HEADROOM = 0.10
+
+
+def held_curve(curve: MemoryCurve, held_peak_bytes: float) -> MemoryCurve:
+    """``curve`` (allocated bytes) as the gate plans it under a held-byte budget (Note [Planning with held
+    bytes]): every point and the persistent bytes raised by ``max(0, held_peak_bytes - peak)``, then its peak
+    held from the step holding its backward mark (``meta["phase_fractions"]["backward"]``, when the curve has one
+    before its peak) up to the peak. Bytes in, a new curve out, ``meta`` gaining ``held_overhead_bytes`` and
+    ``peak_from_fraction`` (where the held peak now begins). Raises ValueError for a negative or non-finite
+    ``held_peak_bytes``."""
+    if not (isinstance(held_peak_bytes, (int, float)) and math.isfinite(held_peak_bytes) and held_peak_bytes >= 0):
+        raise ValueError(f"held_peak_bytes must be a finite byte count >= 0, got {held_peak_bytes!r}")
+    extra = max(0.0, float(held_peak_bytes) - curve.peak_bytes)
+    f = curve.fractions
+    b = curve.bytes + extra
+    peak = int(b.argmax())
+    backward = (curve.meta.get("phase_fractions") or {}).get("backward")
+    if isinstance(backward, (int, float)) and 0.0 <= backward < f[peak]:
+        start = max(0, int(np.searchsorted(f, backward, side="right")) - 1)  # the step holding the mark
+        b[start:peak] = b[peak]
+        peak = start
+    return MemoryCurve(fractions=f.copy(), bytes=b, iteration_s=curve.iteration_s,
+                       persistent_bytes=curve.persistent_bytes + extra, source=curve.source, device=curve.device,
+                       meta={**curve.meta, "held_overhead_bytes": int(round(extra)),
+                             "peak_from_fraction": float(f[peak])})
+
+
+def held_floor(held_curves: Sequence[MemoryCurve], headroom: float = HELD_GATE_HEADROOM) -> float:
+    """The least budget (bytes) under which the gate can plan ``held_curves`` (from :func:`held_curve`) with
+    ``headroom``: ``minimal_feasible_budget(held_curves) / (1 - headroom)``. Raises ValueError unless
+    0 <= headroom < 1."""
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(f"headroom must lie in [0, 1), got {headroom!r}")
+    return minimal_feasible_budget(held_curves) / (1.0 - headroom)
+
+
 @dataclass(frozen=True)
 class Commitment:
     """What one other job holds from now on.

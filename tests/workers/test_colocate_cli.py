@@ -1,7 +1,9 @@
 """``python -m workers.colocate``: bad input is refused before anything runs (one line, exit 2, no
-traceback, no report written), and the markdown report says which budget applied."""
+traceback, no report written), the markdown report says which budget applied, and a run that did not show
+sharing (budget not below the sum of the solo peaks, no bytes moved between the processes) exits 1 saying why."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.colocate import markdown
+from workers.colocate import markdown, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +43,7 @@ BAD = [
     (["--job", "digits-cnn", "--device", "cuda", "--capacity", "1GiB"], "--capacity applies to --device cpu only"),
     (["--job", "digits-cnn", "--capacity", "inf"], "--capacity: byte size too large: 'inf'"),
     (["--job", "digits-cnn", "--capacity", "1e30"], "--capacity: byte size too large: '1e30'"),
+    (["--job", "digits-cnn", "--threads", "-1"], "--threads must be an integer >= 0, got -1"),
 ]
 
 
@@ -121,3 +124,46 @@ def test_an_out_in_a_folder_that_does_not_exist_is_refused_and_no_folder_is_made
     out = tmp_path / "nonexistent" / "dir" / "x"
     _assert_refused(_colocate(["--job", "digits-cnn"], out), f"no such folder {str(out.parent)!r}", tmp_path / "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def _shown_report(**changes) -> dict:
+    report = {**_report("fraction"), "transfer_bytes": 24 << 20, "transfers": 12, "agent_pid": 100}
+    report["jobs"] = [{**j, "status": "succeeded", "pid": 101 + n} for n, j in enumerate(report["jobs"])]
+    report.update(changes)
+    return report
+
+
+def test_the_verdict_names_each_thing_the_run_did_not_show():
+    assert verdict(_shown_report()) == []
+    mib = 2**20
+    problems = verdict(_shown_report(budget_bytes=70 * mib, transfer_bytes=0, pool_peak_reserved_bytes=71 * mib))
+    assert len(problems) == 3, problems
+    assert "exceeded the budget (70.0 MiB)" in problems[0]
+    assert "the budget (70.0 MiB, fraction) is not below the sum of the jobs' solo reserved peaks (70.0 MiB)" in problems[1]
+    assert "no bytes moved between the job processes: no chunk one job process returned went to another" in problems[2]
+    assert "each job process had a pool of its own" in verdict(_shown_report(transfer_bytes=None))[0]
+    failed = _shown_report()
+    failed["jobs"][1] = {**failed["jobs"][1], "status": "failed", "reason": "killed by signal SIGSEGV"}
+    assert verdict(failed) == ["job 2 (tiny-lm) ended failed: killed by signal SIGSEGV"]
+    assert "Not shown (exit status 1):" in markdown({**failed, "problems": verdict(failed)})
+
+
+@pytest.mark.parametrize("problem", ["none", "not-below", "no-transfers"])
+def test_colocate_exits_non_zero_and_says_why_when_the_run_did_not_show_sharing(tmp_path, monkeypatch, capsys, problem):
+    """main's exit status and stderr for a report (run() itself is exercised by test_colocate_report.py)."""
+    import workers.colocate as colocate
+
+    report = _shown_report(**{"none": {}, "not-below": {"budget_bytes": 80 << 20},
+                              "no-transfers": {"transfer_bytes": 0, "transfers": 0}}[problem])
+    report["problems"] = verdict(report)
+    monkeypatch.setattr(colocate, "run", lambda *a, **k: report)
+    rc = colocate.main(["--job", "digits-cnn", "--job", "tiny-lm:data=synthetic", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    if problem == "none":
+        assert rc == 0 and err == ""
+    else:
+        assert rc == 1
+        assert {"not-below": "is not below the sum of the jobs' solo reserved peaks",
+                "no-transfers": "no bytes moved between the job processes"}[problem] in err
+        assert err.startswith("colocate: ")
+    assert json.loads((tmp_path / "r.json").read_text())["problems"] == report["problems"]

@@ -103,7 +103,7 @@ print(json.dumps(out))
 def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_their_solo_peaks(tmp_path):
     from placement.coordinator import Coordinator
     from placement.curves import curve_from_dict
-    from workers.colocate import feasible_floor
+    from placement.gating import HELD_GATE_HEADROOM, held_curve, held_floor
 
     # each job profiled alone through the allocator, in a process of its own (as scripts/demo.py does)
     prof = subprocess.run([sys.executable, "-c", PROFILE, json.dumps(TWO), str(tmp_path / "data")],
@@ -120,16 +120,17 @@ def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_the
         reserved = [alone.pool.native.stats()["jobs"][n]["peak_held_bytes"] for n in (1, 2)]
     finally:
         alone.close()
-    headroom = 0.15
-    # as workers.colocate: a fraction of the sum of the solo peaks, at least the pair's feasible floor
-    budget = int(max(0.9 * sum(reserved), feasible_floor(curves, reserved) / (1 - headroom)))
+    # as workers.colocate: the gate plans held-byte curves (Note [Planning with held bytes] in placement.gating);
+    # the budget a fraction of the sum of the solo peaks, at least the least budget that rule can plan
+    held = [held_curve(c, r) for c, r in zip(curves, reserved)]
+    budget = int(max(0.9 * sum(reserved), held_floor(held)))
     assert budget < sum(reserved)  # capacity = budget: below the sum of the solo peaks
-    agent = DeviceAgent("cpu", budget, budget, Coordinator((1 - headroom) * budget), AgentSettings())
+    agent = DeviceAgent("cpu", budget, budget, Coordinator((1 - HELD_GATE_HEADROOM) * budget), AgentSettings())
     rec = Recorder()
     try:
-        outs = run_all(agent, [JobRun(10 + n, job_spec(tmp_path, key, params), curve=s["curve"],
+        outs = run_all(agent, [JobRun(10 + n, job_spec(tmp_path, key, params), curve=h.to_dict(),
                                       on_message=rec.for_job(10 + n))
-                               for n, ((key, params), s) in enumerate(zip(TWO, solo), start=1)],
+                               for n, ((key, params), h) in enumerate(zip(TWO, held), start=1)],
                        after_ready={11: 12})  # the LM starts once the CNN is training: they overlap
         pool = agent.pool.native.stats()["pool"]
     finally:
@@ -138,12 +139,15 @@ def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_the
         [outs[j]["reason"] for j in (11, 12)], reserved, [int(c.peak_bytes) for c in curves], budget)
     assert outs[11]["pid"] != outs[12]["pid"] and os.getpid() not in (outs[11]["pid"], outs[12]["pid"])
     assert pool["peak_held_bytes"] <= budget and pool["capacity_bytes"] <= budget
+    # reuse across processes: chunks one job process returned that the agent later granted to the other
+    assert pool["transfers"] > 0 and pool["transfer_bytes"] == pool["transfers"] * pool["chunk_bytes"]
     # they ran at the same time: an iteration of one ended between the other's first and last iterations
     ends_a, ends_b = rec.times(11, "iteration_end"), rec.times(12, "iteration_end")
     assert any(ends_b[0] < t < ends_b[-1] for t in ends_a) or any(ends_a[0] < t < ends_a[-1] for t in ends_b)
     print(f"\nsolo curve peaks {[c.peak_bytes // MiB for c in curves]} MiB, solo held peaks "
           f"{[r // MiB for r in reserved]} MiB, capacity = budget {budget // MiB} MiB, "
-          f"co-located pool peak {pool['peak_held_bytes'] // MiB} MiB, {pool['transfers']} chunk transfers, "
+          f"co-located pool peak {pool['peak_held_bytes'] // MiB} MiB, {pool['transfers']} chunk transfers "
+          f"({pool['transfer_bytes'] // MiB} MiB), "
           f"gate delays {[outs[j]['metrics']['delay_s'] for j in (11, 12)]} s")
 
 

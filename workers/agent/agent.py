@@ -104,6 +104,7 @@ class JobRun:
     started_at: float = field(default_factory=time.time)
     last_progress: float = field(default_factory=time.monotonic)
     in_gate: bool = False
+    yielding: bool = False  # its cache may serve its neighbours (Note [Yielding through the iteration])
 
 
 class DeviceAgent:
@@ -395,12 +396,20 @@ class DeviceAgent:
             run.gate = self._gate(run, run.curve)
             run.gate.join(run.job_id)
             self.meter.set_curve(run.job_id, run.curve)
-        # Held back by the plan, its cache may serve the others (Note [Yielding jobs]); only beside neighbours on
-        # its coordinator: a job alone there is never held, and a neighbour outside the coordinator (an ungated,
-        # greedy job) must not drain its cache at every iteration start.
+        # Note [Yielding through the iteration]
+        #   Beside neighbours on its coordinator, a job's cache may serve the others (Note [Yielding jobs] in
+        #   allocator/src/agent_server.cpp): held back at its gate, and also through the iteration that follows,
+        #   for the plan counts each job's curve, never its cache. Yielding only at the gate, a job admitted at
+        #   once kept the blocks its last iteration freed (tiny-lm started holding 92 MiB where its plan said
+        #   19 MiB), a larger neighbour waiting beside it could not take them back (the agent reclaims for a
+        #   waiter only from a job holding at least as much), both waited, and the deadlock rule granted past the
+        #   budget (5 and 8 grants in two runs of workers.colocate, resnet18 + tiny-lm). A job alone on its
+        #   coordinator is never held and yields nothing; a neighbour outside the coordinator (an ungated, greedy
+        #   job) cannot drain a job that has no gated neighbours.
         yielding = run.gate.joined and run.gate.has_neighbours(run.job_id)
-        if yielding:
-            self.pool.set_yielding(run.job_id, True)
+        if yielding != run.yielding:
+            self.pool.set_yielding(run.job_id, yielding)
+            run.yielding = yielding
         try:
             delay = run.gate.wait(run.job_id, iteration)
         except RunStopped as stopped:
@@ -408,8 +417,6 @@ class DeviceAgent:
             proc.send("stop", reason=run.stop_status)
             return
         finally:
-            if yielding:
-                self.pool.set_yielding(run.job_id, False)
             run.in_gate = False
             run.last_progress = time.monotonic()
         run.iteration = iteration

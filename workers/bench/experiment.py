@@ -2,7 +2,7 @@
 run (a) sequentially, (b) uncoordinated, (c) with iteration time slicing and (d) with Zico, side by side.
 
     python -m workers.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
-        [--budgets 3 | --budget-at F ...] [--threads 1] [--gate-headroom 0.05] [--out prefix] [--doc docs/experiment.md]
+        [--budgets 3 | --budget-at F ...] [--threads 1] [--gate-headroom 0.10] [--out prefix] [--doc docs/experiment.md]
 
 Steps (every job its own process under a device agent; :mod:`.experiment_modes` says what each mode is):
 
@@ -12,16 +12,18 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
    median step alone, then beside an identical copy, both without a limit; the share goes into the curve's
    ``meta`` (written to ``<out>.curves.json``), as the scheduler reads it.
 3. **Pairs**: budgets from the sum of the pair's solo held peaks ``S`` down to its floor ``F`` in equal steps,
-   where ``F`` is the least budget Zico's gate can plan (``minimal_feasible_budget`` of its curves over
-   ``1 - gate headroom``, never below ``max_i(held_i + sum_j!=i persistent_j)``, the least any sharing needs).
+   where ``F`` is the least budget Zico's gate can plan (``placement.gating.held_floor``: the
+   ``minimal_feasible_budget`` of its held curves over ``1 - gate headroom``, never below
+   ``max_i(held_i + sum_j!=i persistent_j)``, the least any sharing needs).
    ``--budget-at F`` (repeatable) runs at the budgets ``S - F x (S - F_floor)`` instead (0: the sum, 1: the
    floor; the GPU check's one budget halfway down). Every mode runs at every budget, (a) first (its baseline
    measured close in time to the others: the machine's other load moves every figure).
 
-Zico's gate here plans *held-byte* curves: each job's allocated curve raised by its solo pool overhead (held
-peak less allocated peak), against ``(1 - 0.05) x budget`` (``--gate-headroom``); the device worker's default
-plans allocated curves with ``placement.gating.overhead_headroom`` (0.31-0.34 for these small jobs, which puts
-``workers.colocate``'s floor near or above ``S``).
+Zico's gate here plans as ``workers.colocate`` does (Note [Planning with held bytes] in placement.gating):
+*held-byte* curves (each job's allocated curve raised by its solo pool overhead, held peak less allocated peak,
+and held at its peak from its backward mark to its peak) against ``(1 - 0.10) x budget`` (``--gate-headroom``);
+the device worker's default plans stored allocated curves with ``placement.gating.overhead_headroom`` (0.31-0.34
+for these small jobs, which puts its floor near or above ``S``).
 
 Printed per pair and budget (:mod:`.experiment_report`): throughput relative to (a) (its makespan over the
 mode's: same iterations), makespan, peak held bytes, jobs failed out of memory, budget violations (grants past
@@ -43,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from placement.gating import HELD_GATE_HEADROOM
+
 from .experiment_modes import MODES, Job, colocated_slowdowns, profile, run_mode
 
 MIB = 2**20
@@ -54,7 +58,6 @@ CUDA_JOBS = {"resnet50": "resnet50:batch_size=64,image_size=224,data=synthetic",
              "gpt2-small": "gpt2-small:batch_size=8,seq_len=512,data=synthetic"}
 CPU_PAIRS = ["digits-cnn+tiny-lm", "resnet18+tiny-lm", "tiny-lm+tiny-lm"]
 CUDA_PAIRS = ["resnet50+gpt2-small", "bert-base+gpt2-small", "resnet50+resnet50"]
-HELD_GATE_HEADROOM = 0.05  # held-byte curves already carry the pool's overhead (Note [Held-byte curves])
 # the pool's capacity while jobs are profiled and shares measured (no limit to speak of), bytes
 SHARE_CAPACITY = {"cpu": 2 << 30, "cuda": 64 << 30}
 
@@ -68,16 +71,12 @@ class UsageError(ValueError):
 
 
 def held_curve(curve: dict[str, Any], held_peak: int) -> dict[str, Any]:
-    """Note [Held-byte curves]
-        The budget bounds the chunks the pool has granted (held bytes), the curve counts allocated bytes.
-        Raising every point (and the persistent bytes) by the job's solo overhead, ``held_peak - peak``, gives a
-        curve of what the job holds at its worst; the gate then needs only a small headroom for the overheads
-        the jobs did not show alone. Returns a new curve dict (bytes), ``meta["held_overhead_bytes"]`` added."""
-    extra = max(0, int(held_peak) - int(curve["peak_bytes"]))
-    return {**curve, "persistent_bytes": int(curve["persistent_bytes"]) + extra,
-            "peak_bytes": int(curve["peak_bytes"]) + extra,
-            "points": [[f, int(b) + extra] for f, b in curve["points"]],
-            "meta": {**(curve.get("meta") or {}), "held_overhead_bytes": extra}}
+    """``placement.gating.held_curve`` on curve dicts (bytes): the curve the gate plans with (Note [Planning with
+    held bytes]). Returns a new curve dict, ``meta["held_overhead_bytes"]`` added."""
+    from placement.curves import curve_from_dict
+    from placement.gating import held_curve as planning_curve
+
+    return planning_curve(curve_from_dict(curve), int(held_peak)).to_dict()
 
 
 def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
@@ -86,11 +85,10 @@ def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
     ``at`` (fractions in [0, 1]) the budgets ``S - f x (S - F)`` for each ``f``; only ``[S]`` when the floor is at or
     above ``S`` (Zico's gate cannot share the pair below the sum)."""
     from placement.curves import curve_from_dict
-    from placement.gating import minimal_feasible_budget
+    from placement.gating import held_floor
 
     total = sum(c["peak_bytes"] for c in held)
-    gate_floor = minimal_feasible_budget([curve_from_dict(c) for c in held]) / (1 - gate_headroom)
-    floor = int(gate_floor) + 1
+    floor = int(held_floor([curve_from_dict(c) for c in held], gate_headroom)) + 1
     if floor >= total:
         return [total], total, floor
     if at:
