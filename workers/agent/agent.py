@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from zico_contracts import userjob
+from zico_contracts import keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
@@ -441,15 +441,23 @@ class DeviceAgent:
 TAIL_HEADING = "last {n} of stderr:"
 
 
-def failure_reason(headline: str, exited: str, tail: str) -> str:
+def failure_reason(headline: str, exited: str, tail: str, max_chars: int = keys.REASON_MAX_CHARS) -> str:
     """A failed job's reason (Note [Outcome of a job process]): ``headline`` (what went wrong, for people), then
     on a line of its own how the process ended (``exited``, left out when the headline says it already), then
-    the last lines of its stderr (``tail``, one string) under :data:`TAIL_HEADING`."""
-    lines = [headline] + ([exited] if exited not in headline else [])
-    if tail:
-        n = tail.count("\n") + 1
-        lines += [TAIL_HEADING.format(n=f"{n} lines" if n > 1 else "line"), tail]
-    return "\n".join(lines)
+    the last lines of its stderr (``tail``, one string) under :data:`TAIL_HEADING`, as many of the last ones as
+    fit in ``max_chars`` characters with the rest (what the web side stores)."""
+    head = "\n".join([headline] + ([exited] if exited not in headline else []))
+    room = max_chars - len(head) - len(TAIL_HEADING) - 8
+    kept: list[str] = []
+    for line in reversed(tail.split("\n") if tail else []):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept.insert(0, line)
+    if not kept:
+        return head
+    n = f"{len(kept)} lines" if len(kept) > 1 else "line"
+    return "\n".join([head, TAIL_HEADING.format(n=n), *kept])
 
 
 def reason_summary(reason: str) -> str:
