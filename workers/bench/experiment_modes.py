@@ -50,19 +50,19 @@ class ExperimentAgent(DeviceAgent):
         self._cond = threading.Condition()
         self._members: set[int] = set()
         self._arrived: set[int] = set()
-        self._ended: set[int] = set()
+        self._gone: set[int] = set()  # not _ended: DeviceAgent's Condition of that name
         self.released_at: float | None = None  # time.monotonic() when the group's first iterations went
         self._line: list[int] = []
         self._busy: int | None = None
 
     def expect(self, job_ids) -> None:
         with self._cond:
-            self._members, self._arrived, self._ended = set(job_ids), set(), set()
+            self._members, self._arrived, self._gone = set(job_ids), set(), set()
             self.released_at, self._line, self._busy = None, [], None
 
     def ended(self, job_id: int) -> None:
         with self._cond:
-            self._ended.add(job_id)
+            self._gone.add(job_id)
             if job_id in self._line:
                 self._line.remove(job_id)
             if self._busy == job_id:
@@ -75,7 +75,7 @@ class ExperimentAgent(DeviceAgent):
             self._arrived.add(run.job_id)
             if self.slicing and run.job_id not in self._line:
                 self._line.append(run.job_id)  # in line from its first arrival: the turns alternate from the start
-            self._cond.wait_for(lambda: self._members <= self._arrived | self._ended)
+            self._cond.wait_for(lambda: self._members <= self._arrived | self._gone)
             if self.released_at is None:
                 self.released_at = time.monotonic()
             self._cond.notify_all()
