@@ -366,7 +366,7 @@ class _Null:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0 after a ``done`` message was sent (whatever the job's status), 2 for a bad spec."""
+    """Exit status after a ``done`` message was sent: 0, or 1 when the job failed; 2 for a bad spec."""
     ap = argparse.ArgumentParser(prog="python -m workers.jobproc", description="One Zico training job process.")
     ap.add_argument("--spec", required=True, help="the job's spec as JSON (written by the device agent)")
     a = ap.parse_args(argv)
@@ -390,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     control.sock.shutdown(socket.SHUT_WR)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # no interpreter teardown: torch's and the allocator's atexit work is not needed
+    # no interpreter teardown (torch's and the allocator's atexit work is not needed); 1 after a failure, as python
+    os._exit(int(done["status"] == "failed"))
 
 
 def _last_oom(spec: dict[str, Any]):

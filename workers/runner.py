@@ -95,6 +95,7 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         checkpoints.remove(rt.config.checkpoint_dir, job_id)
     from . import usercode
     from .agent import JobRun
+    from .agent.agent import reason_summary
 
     # Note [A stale profile run] in workers.profiling: a profile of this job still running here is stale
     if not rt.agent.supersede_profile(job_id, timeout_s=SUPERSEDE_WAIT_S):
@@ -135,7 +136,9 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     if dirs is not None:  # before job_finished: the web side takes a job's files only until shortly after it ended
         metrics.update(usercode.upload_outputs(spec.code, dirs.output_dir))
         usercode.cleanup(dirs)
-    output.line("system", f"job {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""))
+    # the reason without its stderr lines, which the log has just above
+    summary = reason_summary(result.get("reason") or "").replace("\n", "; ")
+    output.line("system", f"job {result['status']}" + (f": {summary}" if summary else ""))
     output.close()
     _report_delays(link, spec, relay.job.iteration if relay.job else -1, relay.delays.report(final=True))
     metrics.update(relay.delays.metrics(), wall_s=round(time.monotonic() - t_setup, 3), pid=result.get("pid"))

@@ -12,8 +12,10 @@ The spec is :mod:`zico_contracts.userjob`'s, with in-sandbox paths. In order:
    a second when something changed), send ``ready``;
 3. run the command in this process (Note [The script runs in this process]);
 4. ``done``: ``succeeded`` when the script returned or called ``sys.exit(0)``; ``failed`` with the exception
-   (``Type: message (train.py, line 12)``, and the allocator's out-of-memory report) or the exit code;
-   ``cancelled`` / ``aborted`` when the agent stopped it (SIGTERM or a ``stop`` at an iteration start).
+   (``Type: message (train.py, line 12)``, the allocator's out-of-memory report, the sandbox's limit an
+   ``OSError`` ran into) or the exit code; ``cancelled`` / ``aborted`` when the agent stopped it (SIGTERM or a
+   ``stop`` at an iteration start). The process then exits with the status ``python`` would have given the
+   script (1 after an exception), which the agent adds to a failure's reason with the last stderr lines.
 
 Note [The script runs in this process]
     The command (``python train.py ...``, ``python -m pkg.train ...``: :func:`zico_contracts.userjob.parse_command`)
@@ -37,7 +39,9 @@ import atexit
 import faulthandler
 import gc
 import json
+import errno
 import os
+import resource
 import runpy
 import shutil
 import signal
@@ -141,19 +145,20 @@ def where(exc: BaseException, code_dir: str) -> str:
     return found
 
 
-def command_problem(spec: dict[str, Any]) -> str | None:
-    """Why the spec's command cannot start (checked before torch loads, so it fails in a moment), or None."""
+def command_problem(spec: dict[str, Any]) -> tuple[str, int] | None:
+    """Why the spec's command cannot start (checked before torch loads, so it fails in a moment) and the exit
+    status a shell or python would give it (127 not found, 126 not runnable, 2 no such script), or None."""
     try:
         cmd = userjob.parse_command(spec["argv"])
     except userjob.CommandError as exc:
-        return str(exc)
+        return str(exc), 2
     if cmd.kind == "program":
         found = shutil.which(cmd.target)
         if found is None:
-            return f"command not found: {cmd.target} ({userjob.RUNNABLE})"
-        return f"{cmd.target} ({found}) is not a Python command: {userjob.RUNNABLE}"
+            return f"command not found: {cmd.target} ({userjob.RUNNABLE})", 127
+        return f"{cmd.target} ({found}) is not a Python command: {userjob.RUNNABLE}", 126
     if cmd.kind == "script" and not os.path.isfile(os.path.join(spec["code_dir"], cmd.target)):
-        return f"can't open file {cmd.target!r}: no such file in the job's code directory"
+        return f"can't open file {cmd.target!r}: no such file in the job's code directory", 2
     return None
 
 
@@ -190,6 +195,57 @@ def _finish_like_python() -> None:
             pass
 
 
+def exit_status(exc: BaseException | None) -> int:
+    """The exit status ``python script.py`` would have had: 0 when it returned, was stopped or exited with 0 or
+    None, its ``sys.exit`` code (1..255; 1 for a message or a code outside that range), 1 when it raised."""
+    if exc is None or isinstance(exc, JobStopped):
+        return 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None or code == 0:
+            return 0
+        return code if isinstance(code, int) and 0 < code < 256 else 1
+    return 1
+
+
+def print_traceback(exc: BaseException, code_dir: str) -> None:
+    """The traceback as ``python script.py`` prints it: from the script's outermost frame on (without this
+    module's and runpy's frames), or whole when no frame lies in ``code_dir``."""
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(code_dir + os.sep):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+
+
+def limit_note(exc: BaseException) -> str:
+    """``"; the job reached the limit of 64 open files (ZICO_JOB_NOFILE)"``: the sandbox's limit an ``OSError`` ran into, or
+    ``""``. EMFILE is the open-files limit and EFBIG the file size limit (python ignores SIGXFSZ, so a write
+    past it fails with EFBIG); EAGAIN is the process limit only while this uid holds that many tasks (a
+    non-blocking socket says EAGAIN too)."""
+    if not isinstance(exc, OSError) or exc.errno is None:
+        return ""
+    name = {errno.EMFILE: "nofile", errno.EFBIG: "fsize_bytes", errno.EAGAIN: "nproc"}.get(exc.errno)
+    if name is None:
+        return ""
+    limit = userjob.LIMITS[name]
+    soft = resource.getrlimit(getattr(resource, limit.resource))[0]
+    if soft == resource.RLIM_INFINITY or (name == "nproc" and uid_tasks() < soft):
+        return ""
+    return f"; the job reached {limit.describe(soft)}"
+
+
+def uid_tasks() -> int:
+    """Threads of all processes of this process's uid that ``/proc`` shows (in the sandbox: the job's own)."""
+    n, uid = 0, os.getuid()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return n
+
+
 def outcome(exc: BaseException | None, spec: dict[str, Any]) -> dict[str, Any]:
     """``done``'s status and reason for how the script ended (``exc`` None: it returned)."""
     if exc is None:
@@ -204,14 +260,15 @@ def outcome(exc: BaseException | None, spec: dict[str, Any]) -> dict[str, Any]:
             return {"status": "failed", "reason": f"the script exited with code {code}"}
         print(code, file=sys.stderr)
         return {"status": "failed", "reason": f"the script exited: {str(code)[:1000]}"}
-    traceback.print_exception(exc)
-    reason = f"{type(exc).__name__}: {exc}"[:1500] + where(exc, spec["code_dir"])
+    print_traceback(exc, spec["code_dir"])
+    reason = f"{type(exc).__name__}: {exc}"[:1500] + where(exc, spec["code_dir"]) + limit_note(exc)
     oom = jobproc._last_oom(spec)
     return {"status": "failed", "reason": reason + (f" ({describe_oom(oom)})" if oom else "")}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0 after ``done`` was sent (whatever the script's outcome), 2 for a bad spec."""
+    """Exit status (after ``done`` was sent) what ``python script.py`` would have had (:func:`exit_status`;
+    the command's problem's: :func:`command_problem`), 2 for a bad spec."""
     ap = argparse.ArgumentParser(prog="python -m workers.scriptproc", description="One Zico user-script job.")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec-file", help="the job's spec as a JSON file (written into the sandbox by the agent)")
@@ -229,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     control = jobproc.Control(int(os.environ[jobproc.proto.CONTROL_FD_ENV]))
     problem = command_problem(spec)
     if problem:
-        print(f"zico: {problem}", file=sys.stderr)
-        return _send_done(control, {"status": "failed", "reason": problem, "metrics": {}})
+        print(f"zico: {problem[0]}", file=sys.stderr)
+        return _send_done(control, {"status": "failed", "reason": problem[0], "metrics": {}}, problem[1])
     za, adev = jobproc._install_allocator(spec, scope="all")
     control.send("hello", version=jobproc.proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
     clock = StepClock(control, job_id, za, spec.get("iterations"))
@@ -266,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     # functions is killed after the grace period, and nothing of Zico's own ending is cut short.
     signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     done = outcome(error, spec)  # prints the traceback, as python would
+    code = exit_status(error)
     if profiler is not None and done["status"] == "succeeded":  # ended before its profile was complete:
         profiler.complete()  # a curve from the iterations it had, when it had one past the warm-up
     stopped = isinstance(error, JobStopped)
@@ -283,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                "gate_delay_s": round(clock.delay_s, 4), "gate_waits": clock.delays,
                "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
                "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
-    return _send_done(control, {**done, "metrics": jobproc._plain(metrics)})
+    return _send_done(control, {**done, "metrics": jobproc._plain(metrics)}, code)
 
 
 PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.runner (profiled_curve)
@@ -349,12 +407,13 @@ class _Profiler:
         return True
 
 
-def _send_done(control: jobproc.Control, done: dict[str, Any]) -> int:
+def _send_done(control: jobproc.Control, done: dict[str, Any], exit_code: int | None = None) -> int:
+    """Send ``done`` and end the process with ``exit_code`` (default: 0 unless ``done`` failed, then 1)."""
     control.send("done", **done)
     control.sock.shutdown(socket.SHUT_WR)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(exit_code if exit_code is not None else int(done["status"] == "failed"))
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def _job_text(j: dict) -> str:
         if j["metrics"].get(k) is not None:
             v = j["metrics"][k]
             rows.append((k, human_bytes(v) if k.endswith("bytes") else f"{v:.3g}"))
-    return "\n".join(f"{k:>17}  {v}" for k, v in rows)
+    # a multi-line value (a failure's headline, how it ended, its last stderr lines) stays in its column
+    return "\n".join(f"{k:>17}  " + str(v).replace("\n", "\n" + " " * 19) for k, v in rows)
 
 
 @cli.command()

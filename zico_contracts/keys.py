@@ -63,8 +63,8 @@ EVENT_KINDS = (
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
                        # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
     "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
-    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason, metrics; metrics may carry
-                       # compute_share: the run's measured share (zico_contracts.computeshare)
+    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason (<= REASON_MAX_CHARS), metrics;
+                       # metrics may carry compute_share: the run's measured share (zico_contracts.computeshare)
     "profile_done",    # job, device, curve (DESIGN contract) or error
     "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
     "oom",             # job, device, details (allocator's last_oom())
@@ -79,6 +79,11 @@ ESTIMATE_FAILURE_TTL_S = 3600       # how long a failed estimate is answered as 
 
 def estimate_failure_key(request: str) -> str:
     return f"{PREFIX}:estimate:{request}:failed"
+
+
+# A job_finished reason is stored up to this many characters (Job.failure_reason); a worker fits a failed job's
+# last stderr lines within it, dropping the oldest (workers.agent.agent.failure_reason).
+REASON_MAX_CHARS = 2000
 
 
 def heartbeat_key(dev: str) -> str:

@@ -15,7 +15,8 @@ A user-script job is a :class:`workers.agent.JobRun` whose spec has ``"kind": "s
     iterations  optional expected number of optimizer steps (>= 0), if the caller knows it
 
 Inside the sandbox the job's spec carries the in-sandbox paths (:data:`SANDBOX_DIRS`) and the script finds them
-in the environment as well (:data:`DIR_ENV`). The standard library only: the web side may validate a command
+in the environment as well (:data:`DIR_ENV`). The resource limits it runs under, with the worker's knob for each,
+are :data:`LIMITS`. The standard library only: the web side may validate a command
 at submission with the same rules the job process applies.
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from .oom import format_bytes
 
 SCRIPT_KIND = "script"
 
@@ -34,6 +37,36 @@ SANDBOX_DIRS = {"code_dir": "/job/code", "data_dir": "/job/data", "output_dir": 
 DIR_ENV = {"code_dir": "ZICO_CODE_DIR", "data_dir": "ZICO_DATA_DIR", "output_dir": "ZICO_OUTPUT_DIR",
            "scratch_dir": "ZICO_SCRATCH_DIR"}
 JOB_ID_ENV = "ZICO_JOB_ID"
+
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One resource limit of the sandbox (``prlimit`` sets it, soft = hard, except CPU time: hard = soft + 1 s).
+
+    ``resource``: the ``resource`` module's name (``RLIMIT_CPU``); ``knob``: the worker's environment variable
+    that sets it; ``phrase``: the limit in words, ``{}`` its value; ``in_bytes``: the value is bytes;
+    ``prlimit``: prlimit's option."""
+
+    resource: str
+    knob: str
+    phrase: str
+    in_bytes: bool
+    prlimit: str
+
+    def describe(self, value: int) -> str:
+        """``"the CPU time limit of 8 s (ZICO_JOB_CPU_S)"``; bytes as KiB/MiB/GiB (zico_contracts.oom)."""
+        return self.phrase.format(format_bytes(value) if self.in_bytes else value) + f" ({self.knob})"
+
+
+# The limits a user-script job runs under, by AgentSettings' field names (workers.agent.sandbox sets them,
+# workers.agent.settings reads the knobs, the job process and the agent name them in failure reasons).
+LIMITS = {
+    "cpu_s": Limit("RLIMIT_CPU", "ZICO_JOB_CPU_S", "the CPU time limit of {} s", False, "cpu"),
+    "nofile": Limit("RLIMIT_NOFILE", "ZICO_JOB_NOFILE", "the limit of {} open files", False, "nofile"),
+    "nproc": Limit("RLIMIT_NPROC", "ZICO_JOB_NPROC", "the limit of {} processes and threads", False, "nproc"),
+    "fsize_bytes": Limit("RLIMIT_FSIZE", "ZICO_JOB_FSIZE_BYTES", "the file size limit of {}", True, "fsize"),
+}
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Names a spec's env may not set: the sandbox's own (the control fds, the paths above, the import path the

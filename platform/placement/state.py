@@ -193,7 +193,7 @@ class SharingPlan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (stored with a placement; read by the GPU worker)."""
         return {
-            "budget_bytes": int(self.budget_bytes),
+            "budget_bytes": int(round(self.budget_bytes)),  # rounded like the predicted peak, which never exceeds it
             "job_ids": list(self.job_ids),
             "mode": self.mode,
             "shifts_s": [float(s) for s in self.shifts_s],

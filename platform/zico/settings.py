@@ -281,6 +281,9 @@ def _slowdown_limit(var: str, default: float) -> float:
 
 
 ZICO_MAX_SLOWDOWN = _slowdown_limit("ZICO_MAX_SLOWDOWN", 1.6)
+# Most jobs the memory-aware policy places on one device (placement.policies.MemoryAware max_group); an integer
+# >= 1. Groups of three or more cost more planning per round (docs/placement.md, the shift search's cost).
+ZICO_MAX_GROUP = _positive("ZICO_MAX_GROUP", 2)
 # Whether ``runscheduler`` estimates, in a child process beside its rounds, the memory curve of a catalog job it
 # sends to profiling when no estimate is stored (zico.scheduling.estimates); and the seconds one may take.
 ZICO_SCHEDULER_ESTIMATES = _bool("ZICO_SCHEDULER_ESTIMATES", default=True)

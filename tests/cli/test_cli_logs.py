@@ -33,9 +33,9 @@ def running(personas, server, rdb):
     return job
 
 
-def finish(job, rdb, status):
+def finish(job, rdb, status, reason="exit status 1"):
     handle({"msg": "job_finished", "job": job.pk, "device": keys.device_key("gpu", "node-c", 0), "status": status,
-            "reason": "exit status 1" if status == "failed" else "", "metrics": {},
+            "reason": reason if status == "failed" else "", "metrics": {},
             "placement": job.active_placement().pk}, rdb)
 
 
@@ -74,3 +74,16 @@ def test_logs_of_another_tenants_job_is_a_clear_404(zico, server, personas, toke
     assert zico("login", server, "--token", token_of(personas.outsider)).exit_code == 0
     result = zico("logs", running.pk)
     assert result.exit_code == 4 and "HTTP 404" in result.output
+
+
+def test_status_of_a_failed_job_shows_the_headline_first_then_how_it_ended_and_stderr(zico, signed_in, running, rdb):
+    # as a device worker writes the reason (Note [Outcome of a job process] in workers.agent.agent)
+    finish(running, rdb, "failed", "ValueError: bad batch (train.py, line 12)\nexited with code 1\n"
+                                   "last 2 lines of stderr:\nTraceback (most recent call last):\nValueError: bad batch")
+    out = zico("status", running.pk).stdout.splitlines()
+    at = next(i for i, line in enumerate(out) if line.strip().startswith("failure"))
+    assert out[at:at + 5] == ["          failure  ValueError: bad batch (train.py, line 12)",
+                              "                   exited with code 1",
+                              "                   last 2 lines of stderr:",
+                              "                   Traceback (most recent call last):",
+                              "                   ValueError: bad batch"], out

@@ -95,3 +95,13 @@ def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, 
     follow = zico(home, "logs", "-f", str(ids["raises"]))
     assert follow.returncode == 1  # the job's outcome
     assert "ValueError" in follow.stderr
+    # the reason a person reads: the headline first, then how the process ended and the traceback's last lines
+    reason = jobs["raises"].failure_reason.splitlines()
+    assert reason[:3] == ["ValueError: batch 2 has the wrong shape (raises.py, line 12)", "exited with code 1",
+                          f"last {len(reason) - 3} lines of stderr:"], reason
+    assert reason[3] == "Traceback (most recent call last):" and reason[-1] == "ValueError: batch 2 has the wrong shape"
+    status = zico(home, "status", str(ids["raises"]))
+    assert ("failure  ValueError: batch 2 has the wrong shape (raises.py, line 12)\n" + " " * 19 + "exited with code 1\n"
+            in status.stdout), status.stdout
+    # the log's closing line has the headline and the exit, not the stderr lines again
+    assert "job failed: ValueError: batch 2 has the wrong shape (raises.py, line 12); exited with code 1\n" in follow.stderr

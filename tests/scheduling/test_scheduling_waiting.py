@@ -79,6 +79,21 @@ def test_the_slowdown_limit_is_the_setting(cluster, tenant, make_job, api, setti
     assert api(second)["waiting_reason"] == ""
 
 
+def test_the_group_size_limit_is_the_setting(cluster, tenant, make_job, api, settings):
+    gpu0, gpu1 = cluster
+    _offline(gpu1)
+    jobs = [make_job(tenant, curve=_curve(peak_gib=4, share=0.3)) for _ in range(3)]
+    placed = Scheduler().run_round().placed  # the default, ZICO_MAX_GROUP=2
+    assert jobs[0].pk in placed and jobs[1].pk in placed and jobs[2].pk not in placed
+    assert api(jobs[2])["waiting_reason"] == f"waiting for device {gpu0}: it already runs 2 jobs (at most 2 per device)"
+    settings.ZICO_MAX_GROUP = 3
+    assert jobs[2].pk in Scheduler().run_round().placed
+    for job in jobs:  # all three on the one online device
+        job.refresh_from_db()
+        assert job.active_placement().device_id == gpu0.pk
+    assert api(jobs[2])["waiting_reason"] == ""
+
+
 @pytest.mark.parametrize("raw", ["0.99", "fast", "inf", "-2"])
 def test_a_bad_slowdown_limit_is_refused_naming_the_variable(monkeypatch, raw):
     from zico import settings as zico_settings

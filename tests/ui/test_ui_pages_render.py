@@ -90,3 +90,21 @@ def test_cluster_overview_query_count_does_not_grow_with_devices(cluster, client
         html = c.get("/cluster/").content.decode()
     assert all(f"Spare GPU {i}" in html for i in range(1, 5))
     assert len(five.captured_queries) == len(one.captured_queries)
+
+
+def test_a_failed_jobs_reason_shows_its_headline_first_and_the_stderr_lines_below(cluster, client_for, personas):
+    # as a device worker writes it (Note [Outcome of a job process] in workers.agent.agent)
+    reason = ("ValueError: batch 2 has the wrong shape (train.py, line 12)\nexited with code 1\nlast 3 lines of stderr:\n"
+              "Traceback (most recent call last):\n  File \"/job/code/train.py\", line 12, in <module>\n"
+              "ValueError: batch 2 has the wrong shape")
+    Job.objects.filter(pk=cluster.acme_job.pk).update(status="failed", failure_reason=reason)
+    c = client_for(personas.owner)
+    page = c.get(f"/jobs/{cluster.acme_job.pk}/").content.decode()
+    assert '<span class="text-error" id="job-failure">ValueError: batch 2 has the wrong shape (train.py, line 12)</span>' \
+        in page
+    detail = page[page.index('id="job-failure-detail">'):]
+    assert detail.startswith('id="job-failure-detail">exited with code 1\nlast 3 lines of stderr:\nTraceback')
+    assert "ValueError: batch 2 has the wrong shape</pre>" in detail
+    listing = c.get("/").content.decode()
+    assert 'title="ValueError: batch 2 has the wrong shape (train.py, line 12)"' in listing
+    assert "exited with code 1" not in listing  # the list shows the headline alone

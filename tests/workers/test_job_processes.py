@@ -154,14 +154,18 @@ def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_the
 FAULTS = {3: "segfault", 4: "exit3", 5: "exception", 6: "hang", 7: "malloc", 8: "escape-budget", 9: "escape-scope",
           10: "escape-bind"}
 EXPECTED = {2: ["killed by signal SIGKILL"],
-            3: ["killed by signal SIGSEGV", "Segmentation fault"],
+            3: ["killed by signal SIGSEGV before reporting an outcome\nlast ", " lines of stderr:\n"
+                "Fatal Python error: Segmentation fault"],
             4: ["exited with code 3", "about to exit with code 3"],
-            5: ["RuntimeError: injected failure in iteration 2"],
+            5: ["RuntimeError: injected failure in iteration 2\nexited with code 1\nlast ", "RuntimeError: injected"],
             6: ["hung: no progress message for 8 s"],
-            7: ["outside the allocator"],
+            7: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+                 "stopped\nkilled by signal SIGKILL"],
             8: ["OutOfMemoryError", "agent refused: budget"],
-            9: ["outside the allocator"],
-            10: ["outside the allocator"]}
+            9: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+                 "stopped\nkilled by signal SIGKILL"],
+            10: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+                 "stopped\nkilled by signal SIGKILL"]}
 
 
 def test_crash_matrix_each_fault_fails_its_job_with_the_reason_and_the_neighbour_finishes(tmp_path, job_path,

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
+from workers.agent.agent import failure_reason, reason_summary
 from workers.agent.launch import describe_exit
 from workers.agent.output import LineCutter
 from zico_contracts import agent as proto
 from zico_contracts import userjob
+from zico_contracts.keys import REASON_MAX_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,7 +188,7 @@ def test_exit_statuses_through_the_sandbox_read_as_signals():
     assert describe_exit(-11) == "killed by signal SIGSEGV"
     assert describe_exit(139) == "exited with code 139"
     assert describe_exit(139, sandboxed=True) == "killed by signal SIGSEGV"
-    assert describe_exit(128 + 24, sandboxed=True) == "killed by signal SIGXCPU (the CPU time limit, ZICO_JOB_CPU_S reached)"
+    assert describe_exit(128 + 24, sandboxed=True) == "killed by signal SIGXCPU"  # the agent names the limit
     assert describe_exit(3, sandboxed=True) == "exited with code 3"
 
 
@@ -247,3 +249,18 @@ def test_the_job_side_modules_import_on_the_sandboxes_path_without_the_web_side(
     out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_failure_reason_is_its_headline_how_it_ended_and_the_last_stderr_lines_that_fit():
+    tail = "\n".join(f"line {i} " + "x" * 190 for i in range(20))
+    reason = failure_reason("ValueError: bad (train.py, line 3)", "exited with code 1", tail)
+    lines = reason.splitlines()
+    assert lines[:2] == ["ValueError: bad (train.py, line 3)", "exited with code 1"]
+    kept = lines[3:]
+    assert len(reason) <= REASON_MAX_CHARS and lines[2] == f"last {len(kept)} lines of stderr:"
+    assert 5 < len(kept) < 20 and kept == tail.splitlines()[-len(kept):]  # the newest lines, the oldest dropped
+    assert reason_summary(reason) == "ValueError: bad (train.py, line 3)\nexited with code 1"
+    # the exit is not repeated when the headline says it; no stderr, no heading
+    assert failure_reason("the script exited with code 3", "exited with code 3", "") == "the script exited with code 3"
+    assert failure_reason("hung", "killed by signal SIGKILL", "oops") == \
+        "hung\nkilled by signal SIGKILL\nlast line of stderr:\noops"

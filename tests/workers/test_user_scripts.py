@@ -3,6 +3,7 @@ pool, real training. The scripts (user_scripts/) know nothing of Zico, except th
 Tests wait on the jobs' own messages and outcomes, not on sleeps."""
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -115,11 +116,18 @@ def test_three_plain_scripts_and_one_using_zico_run_to_success_from_the_agent_po
     assert len({j.outcome["pid"] for j in (mlp, lstm, lm, logs)}) == 4
 
 
-FAULTY = {11: ("raises.py", ["ValueError: batch 2 has the wrong shape (raises.py, line 12)"]),
-          12: ("segfaults.py", ["killed by signal SIGSEGV (segfaults.py, line 13) before reporting an outcome",
-                                "Segmentation fault"]),
-          13: ("leaks_tensors.py", ["OutOfMemoryError", "(leaks_tensors.py, line", "agent refused"]),
-          14: ("leaks_python.py", ["allocated", "bytes outside the allocator"])}
+# each failed job's reason: its headline (the first line), then how the process ended, then lines of its stderr
+FAULTY = {11: ("raises.py", ["ValueError: batch 2 has the wrong shape (raises.py, line 12)\nexited with code 1\n"
+                             "last ", " lines of stderr:\nTraceback (most recent call last):\n"
+                             '  File "/job/code/raises.py", line 12, in <module>\n'  # the script's frames alone,
+                             '    raise ValueError("batch 2 has the wrong shape")  # line 12\n',  # as python prints
+                             "\nValueError: batch 2 has the wrong shape"]),
+          12: ("segfaults.py", ["killed by signal SIGSEGV (segfaults.py, line 13) before reporting an outcome\n"
+                                "last ", " lines of stderr:\nFatal Python error: Segmentation fault"]),  # and its stacks
+          13: ("leaks_tensors.py", ["OutOfMemoryError", "(leaks_tensors.py, line", "agent refused",
+                                    "\nexited with code 1\n"]),
+          14: ("leaks_python.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, another library), "
+                                   "over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"])}
 
 
 def test_failing_scripts_end_failed_with_a_reason_and_the_neighbour_succeeds(tmp_path):
@@ -159,6 +167,9 @@ def test_failing_scripts_end_failed_with_a_reason_and_the_neighbour_succeeds(tmp
         assert out["status"] == "failed", (job.job_id, out)
         for text in FAULTY[job.job_id][1]:
             assert text in out["reason"], (job.job_id, out["reason"])
+        assert out["reason"].startswith(FAULTY[job.job_id][1][0]), (job.job_id, out["reason"])  # the headline first
+        if job.job_id == 11:  # a traceback shows the script's frames, not Zico's
+            assert "scriptproc" not in out["reason"] and "runpy" not in out["reason"], out["reason"]
         assert first_step < out["returned_at"], f"job {job.job_id} ended before the neighbour trained: no co-run"
         assert not stats["jobs"][job.job_id]["connected"] and stats["jobs"][job.job_id]["held_bytes"] == 0
     assert stats["pool"]["peak_held_bytes"] <= budget + 64 * MiB  # deadlock grants aside, the budget held
@@ -257,8 +268,9 @@ def test_a_cuda_script_runs_in_the_sandbox_on_its_one_gpu(tmp_path):
     assert job.outcome["metrics"]["peak_allocated_bytes"] > 64 * MiB  # the job's pool (bounded by the budget)
 
 
-@pytest.mark.parametrize("code, status, reason", [("0", "succeeded", ""), ("3", "failed", "the script exited with code 3"),
-                                                  ("out of data", "failed", "the script exited: out of data")])
+@pytest.mark.parametrize("code, status, reason", [
+    ("0", "succeeded", ""), ("3", "failed", "the script exited with code 3"),
+    ("out of data", "failed", "the script exited: out of data\nexited with code 1\nlast line of stderr:\nout of data")])
 def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_files(tmp_path, agent, code, status,
                                                                                     reason):
     job = Job(tmp_path, 71, ["python", "exits.py", code])
@@ -331,3 +343,102 @@ def test_a_script_with_an_optimizer_and_explicit_iterations_counts_each_iteratio
     # a step inside a block marks its optimizer phase: two per block iteration, one per plain one
     assert sorted({m["iteration"] for m in job.of("mark") if m["kind"] == "optimizer"}) == list(range(7))
     assert sum(m["kind"] == "optimizer" for m in job.of("mark") if m["iteration"] >= 3) == 8
+
+
+# --- the sandbox's resource limits (zico_contracts.userjob.LIMITS), set small through the worker's knobs ---
+
+def limits_agent(monkeypatch, **knobs) -> DeviceAgent:
+    """An agent whose AgentSettings come from the ZICO_JOB_* knobs, as the worker reads them."""
+    for name, value in knobs.items():
+        monkeypatch.setenv(name, str(value))
+    return DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings.from_env(hang_timeout_s=120, startup_timeout_s=120))
+
+
+def reported(job) -> dict:
+    """The ``LIMIT {...}`` line the script printed (what it saw at the limit)."""
+    return json.loads(next(line for line in job.stdout() if line.startswith("LIMIT "))[len("LIMIT "):])
+
+
+def test_a_script_spinning_past_its_cpu_time_limit_is_stopped_by_sigxcpu_naming_the_limit(tmp_path, monkeypatch):
+    agent = limits_agent(monkeypatch, ZICO_JOB_CPU_S=8)  # torch's import takes ~2 s of it (CPU time, not wall)
+    job = Job(tmp_path, 81, ["python", "hits_limits.py", "cpu"])
+    try:
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    started = reported(job)["cpu_s_at_start"]
+    assert started < 8, started  # the script itself spun: the limit stopped its loop, not its start
+    out = job.outcome
+    assert out["status"] == "failed" and out["returncode"] == 128 + signal.SIGXCPU, out  # bwrap: 128 + N
+    assert out["reason"].splitlines()[0] == ("stopped by the CPU time limit of 8 s (ZICO_JOB_CPU_S): killed by signal "
+                                            "SIGXCPU before reporting an outcome"), out["reason"]
+
+
+def test_open_files_and_file_size_limits_reach_the_script_which_fails_naming_them(tmp_path, monkeypatch):
+    agent = limits_agent(monkeypatch, ZICO_JOB_NOFILE=64, ZICO_JOB_FSIZE_BYTES=MiB)
+    files = Job(tmp_path, 82, ["python", "hits_limits.py", "nofile", "--raise"])
+    big = Job(tmp_path, 83, ["python", "hits_limits.py", "fsize", "--raise"])
+    try:
+        run_together(agent, [files, big])
+    finally:
+        agent.close()
+    seen = reported(files)
+    assert seen["errno"] == "EMFILE" and seen["fds_at_limit"] == 64 and seen["opened"] > 32, seen
+    head, exited = files.outcome["reason"].splitlines()[:2]
+    assert files.outcome["status"] == "failed" and exited == "exited with code 1", files.outcome
+    assert head.startswith("OSError: [Errno 24] Too many open files: '/job/code/hits_limits.py' (hits_limits.py, "
+                           "line ") and head.endswith("; the job reached the limit of 64 open files (ZICO_JOB_NOFILE)")
+    seen = reported(big)
+    assert seen == {"mode": "fsize", "errno": "EFBIG", "size": MiB}, seen  # python ignores SIGXFSZ: EFBIG
+    assert (Path(big.spec["output_dir"]) / "big.bin").stat().st_size == MiB
+    head = big.outcome["reason"].splitlines()[0]
+    assert big.outcome["status"] == "failed" and head.startswith("OSError: [Errno 27] File too large"), big.outcome
+    assert head.endswith("; the job reached the file size limit of 1.00 MiB (ZICO_JOB_FSIZE_BYTES)"), head
+
+
+@pytest.mark.parametrize("uid_count", [1_000_000, 1], ids=["a uid per job", "one uid for all (control)"])
+def test_the_process_limit_counts_each_jobs_own_uid(tmp_path, monkeypatch, uid_count):
+    """Job 91 forks until EAGAIN and holds its children; job 92 then forks too. RLIMIT_NPROC counts the tasks of
+    a uid: with a uid per job (the default) job 92 reaches the whole limit itself; sharing one uid (the control)
+    it cannot even start."""
+    nproc = 64
+    agent = limits_agent(monkeypatch, ZICO_JOB_NPROC=nproc, ZICO_JOB_UID_COUNT=uid_count)
+    data = tmp_path / "data"
+    data.mkdir()
+    one_thread = {"OMP_NUM_THREADS": "1"}  # a many-core host's torch threads would take the limit otherwise
+    holder = Job(tmp_path, 91, ["python", "hits_limits.py", "nproc", "--hold", "/job/data/release"], env=one_thread,
+                 data_dir=str(data))
+    second = Job(tmp_path, 92, ["python", "hits_limits.py", "nproc", "--raise"], env=one_thread)
+    holding = threading.Event()
+    holder._line = lambda stream, line: (holder.lines.append((stream, line)),
+                                         line.startswith("LIMIT ") and holding.set())
+    done = threading.Event()
+
+    def release_when_the_second_ended():
+        while not done.is_set() and second.outcome is None:
+            time.sleep(0.05)
+        (data / "release").touch()
+
+    watcher = threading.Thread(target=release_when_the_second_ended)
+    watcher.start()
+    try:
+        run_together(agent, [holder, second], after={92: holding})
+    finally:
+        done.set()
+        watcher.join()
+        agent.close()
+    held = reported(holder)
+    assert holder.outcome["status"] == "succeeded", holder.outcome["reason"]
+    assert held["errno"] == "EAGAIN" and held["uid_tasks"] == nproc, held  # its threads and children: the limit
+    assert held["forked"] == nproc - held["own_threads"] and held["uid"] == agent.settings.job_uid(91)
+    out = second.outcome
+    assert out["status"] == "failed", out
+    if uid_count > 1:  # its own uid: the holder's 64 tasks do not count against it
+        seen = reported(second)
+        assert seen["uid"] != held["uid"] and seen["uid_tasks"] == nproc and seen["forked"] > nproc // 2, seen
+        head = out["reason"].splitlines()[0]
+        assert head.startswith("BlockingIOError: [Errno 11] Resource temporarily unavailable (hits_limits.py, line ")
+        assert head.endswith("; the job reached the limit of 64 processes and threads (ZICO_JOB_NPROC)"), head
+    else:  # the holder's uid is at the limit: the second job's process cannot become that uid's
+        assert not [line for line in second.stdout() if line.startswith("LIMIT ")], second.lines
+        assert "Resource temporarily unavailable" in out["reason"], out["reason"]

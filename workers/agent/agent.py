@@ -10,8 +10,8 @@ the job's live figures (read by the reporter). The calling thread supervises, fo
   after ``stop_grace_s``;
 * the hang watchdog: no progress message for ``hang_timeout_s`` outside a gate wait -> SIGKILL, failed;
 * bypass detection: the job's ``RssAnon`` above its baseline, allowed share and ``bypass_margin_bytes`` ->
-  SIGKILL, failed ("allocated X bytes outside the allocator (limit Y bytes ...)", Note [Memory outside the
-  allocator]).
+  SIGKILL, failed ("used 353.11 MiB of memory outside Zico's allocator (...), over the 128.00 MiB allowed:
+  stopped", Note [Memory outside the allocator]; the figures behind it in the log).
 
 The agent's compute meter (``meter``, :class:`placement.compute_meter.ComputeMeter`) sees every job's ``go`` and
 iteration end, and each job process's CPU time while it computes alone (CPU device; on a GPU the reporter feeds
@@ -27,13 +27,19 @@ against the workload's schema) run outside the sandbox.
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
     with the agent's reason; a stop: the stop's status). A process that ends without ``done`` failed:
-    "killed by signal SIGSEGV" / "exited with code 3", then the last stderr lines. Its pool registration is
-    removed as soon as the exit is seen, so every chunk it held is back within a supervision tick.
+    "killed by signal SIGSEGV (train.py, line 13) before reporting an outcome", or, at a limit of its
+    sandbox, "stopped by the CPU time limit of 8 s (ZICO_JOB_CPU_S): killed by signal SIGXCPU ...". A failed
+    job's reason is its headline first (the job's own reason, the agent's, or the crash), then how the
+    process ended ("exited with code 1", "killed by signal SIGKILL") and the last lines of its stderr
+    (:func:`failure_reason`; pages and ``zico status`` show the headline first, the rest below it). Its pool
+    registration is removed as soon as the exit is seen, so every chunk it held is back within a
+    supervision tick.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -42,11 +48,12 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from placement.compute_meter import ComputeMeter
-from zico_contracts import computeshare, userjob
+from zico_contracts import computeshare, keys, userjob
+from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
 from . import sandbox
-from .launch import JobProcess, crash_site, describe_exit, process_cpu_s, rss_anon_bytes
+from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s, rss_anon_bytes
 from .pool import Pool
 from .settings import AgentSettings
 
@@ -296,7 +303,8 @@ class DeviceAgent:
         if rss is None or run.baseline_rss_anon is None:
             return
         run.peak_rss_anon = max(run.peak_rss_anon, rss)
-        self._stop_over(run, proc, rss, run.baseline_rss_anon, "bytes", "anonymous memory", "baseline")
+        self._stop_over(run, proc, rss, run.baseline_rss_anon, "memory", "plain malloc, another library",
+                        "RssAnon", "at hello")
 
     def _check_device_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator] on a GPU: NVML's per-process used memory
@@ -312,18 +320,24 @@ class DeviceAgent:
         used = (gpu_process_used_bytes(int(self.device.partition(":")[2] or 0)) or {}).get(run.job_pid or proc.pid)
         if used is None:
             return
-        self._stop_over(run, proc, used, run.baseline_device_used, "bytes of device memory", "NVML used", "at ready")
+        self._stop_over(run, proc, used, run.baseline_device_used, "device memory", "cudaMalloc, another library",
+                        "NVML used", "at ready")
 
-    def _stop_over(self, run: JobRun, proc: JobProcess, used: int, baseline: int, what: str, used_name: str,
-                   baseline_name: str) -> None:
+    def _stop_over(self, run: JobRun, proc: JobProcess, used: int, baseline: int, what: str, how: str,
+                   used_name: str, baseline_name: str) -> None:
         """Kill ``run`` when ``used`` (bytes) exceeds ``baseline`` + its allowed share (with per-process pools the
-        device budget, with the agent pool 0) + the bypass margin (Note [Memory outside the allocator])."""
+        device budget, with the agent pool 0) + the bypass margin (Note [Memory outside the allocator]). The
+        reason is a sentence for the job's user ("used 353.11 MiB of memory outside Zico's allocator (plain
+        malloc, another library), over the 128.00 MiB allowed: stopped"); the figures behind it go to the log."""
         share = 0 if self.pool.shared else self.pool.budget_bytes
-        limit = baseline + share + self.settings.bypass_margin_bytes
+        margin = self.settings.bypass_margin_bytes
+        limit = baseline + share + margin
         if used > limit and run.killed_reason is None:
-            self._kill(run, proc, f"allocated {used - baseline} {what} outside the allocator (limit "
-                                  f"{limit - baseline} bytes: share {share} + margin {self.settings.bypass_margin_bytes}; "
-                                  f"{used_name} {used}, {baseline_name} {baseline})")
+            log.warning("job %s: %s %d bytes, %d %s; allowed above that: share %d + margin %d "
+                        "(ZICO_JOB_BYPASS_MARGIN_BYTES)", run.job_id, used_name, used, baseline, baseline_name, share,
+                        margin)
+            self._kill(run, proc, f"used {format_bytes(used - baseline)} of {what} outside Zico's allocator ({how}), "
+                                  f"over the {format_bytes(limit - baseline)} allowed: stopped")
 
     def _kill(self, run: JobRun, proc: JobProcess, reason: str) -> None:
         if run.killed_reason is None:
@@ -445,13 +459,45 @@ class DeviceAgent:
             if run.killed_reason:
                 reason += f" ({run.killed_reason})"
             return {**out, "status": run.stop_status, "reason": reason}
+        exited = describe_exit(returncode, proc.sandboxed)
         if run.killed_reason is not None:
-            return {**out, "status": "failed",
-                    "reason": f"{run.killed_reason}; {describe_exit(returncode, proc.sandboxed)}"}
-        if run.done is not None:
-            return {**out, "status": run.done["status"], "reason": run.done.get("reason", "")}
-        tail = proc.tail(self.settings.stderr_lines)  # the fatal error and its stack are in there
-        site = crash_site(list(proc.stderr_tail), userjob.SANDBOX_DIRS["code_dir"]) if proc.sandboxed else ""
-        return {**out, "status": "failed", "reason": describe_exit(returncode, proc.sandboxed) + site
-                + " before reporting an outcome"
-                + (f"; last stderr lines:\n{tail}" if tail else "")}
+            headline = run.killed_reason
+        elif run.done is not None:
+            if run.done["status"] != "failed":
+                return {**out, "status": run.done["status"], "reason": run.done.get("reason", "")}
+            headline = run.done.get("reason") or "failed"
+        else:
+            site = crash_site(list(proc.stderr_tail), userjob.SANDBOX_DIRS["code_dir"]) if proc.sandboxed else ""
+            headline = exited + site + " before reporting an outcome"
+            limit = LIMIT_SIGNALS.get(exit_signal(returncode, proc.sandboxed) or "") if proc.sandboxed else None
+            if limit:  # the kernel's signal at a sandbox limit: name the limit first
+                headline = f"stopped by {userjob.LIMITS[limit].describe(self.settings.limits()[limit])}: {headline}"
+        return {**out, "status": "failed", "reason": failure_reason(headline, exited, proc.tail(
+            self.settings.reason_stderr_lines, crashed=run.done is None and run.killed_reason is None))}
+
+
+TAIL_HEADING = "last {n} of stderr:"
+
+
+def failure_reason(headline: str, exited: str, tail: str, max_chars: int = keys.REASON_MAX_CHARS) -> str:
+    """A failed job's reason (Note [Outcome of a job process]): ``headline`` (what went wrong, for people), then
+    on a line of its own how the process ended (``exited``, left out when the headline says it already), then
+    the last lines of its stderr (``tail``, one string) under :data:`TAIL_HEADING`, as many of the last ones as
+    fit in ``max_chars`` characters with the rest (what the web side stores)."""
+    head = "\n".join([headline] + ([exited] if exited not in headline else []))
+    room = max_chars - len(head) - len(TAIL_HEADING) - 8
+    kept: list[str] = []
+    for line in reversed(tail.split("\n") if tail else []):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept.insert(0, line)
+    if not kept:
+        return head
+    n = f"{len(kept)} lines" if len(kept) > 1 else "line"
+    return "\n".join([head, TAIL_HEADING.format(n=n), *kept])
+
+
+def reason_summary(reason: str) -> str:
+    """A failure reason without its stderr lines (:func:`failure_reason`): the headline and how it ended."""
+    return re.split(r"\nlast (?:\d+ lines|line) of stderr:\n", reason, maxsplit=1)[0]

@@ -60,23 +60,29 @@ def process_cpu_s(pid: int | None) -> float | None:
         return None
 
 
-LIMIT_SIGNALS = {"SIGXCPU": "the CPU time limit, ZICO_JOB_CPU_S", "SIGXFSZ": "the file size limit, ZICO_JOB_FSIZE_BYTES"}
+# the signals the kernel sends at a sandbox limit -> the limit (zico_contracts.userjob.LIMITS); python ignores
+# SIGXFSZ (a write past the file size limit fails with EFBIG), but a program it runs may not
+LIMIT_SIGNALS = {"SIGXCPU": "cpu_s", "SIGXFSZ": "fsize_bytes"}
 
 
-def describe_exit(returncode: int, sandboxed: bool = False) -> str:
-    """``-11`` -> ``"killed by signal SIGSEGV"``, ``3`` -> ``"exited with code 3"``. In a sandbox bwrap reports a
-    job killed by signal N as 128 + N (Note [Signals through the sandbox]), read back as that signal."""
+def exit_signal(returncode: int, sandboxed: bool = False) -> str | None:
+    """The name of the signal that killed the process (``"SIGSEGV"``), None when it exited. In a sandbox bwrap
+    reports a job killed by signal N as 128 + N (Note [Signals through the sandbox])."""
     signum = -returncode if returncode < 0 else None
     if sandboxed and 128 < returncode < 128 + signal.NSIG:
         signum = returncode - 128
-    if signum is not None:
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        limit = LIMIT_SIGNALS.get(name)
-        return f"killed by signal {name}" + (f" ({limit} reached)" if limit else "")
-    return f"exited with code {returncode}"
+    if signum is None:
+        return None
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(returncode: int, sandboxed: bool = False) -> str:
+    """``-11`` -> ``"killed by signal SIGSEGV"``, ``3`` -> ``"exited with code 3"`` (:func:`exit_signal`)."""
+    name = exit_signal(returncode, sandboxed)
+    return f"killed by signal {name}" if name else f"exited with code {returncode}"
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
@@ -251,6 +257,11 @@ class JobProcess:
             t.join(timeout)
         self.sock.close()
 
-    def tail(self, lines: int = 50, width: int = 200) -> str:
-        """The last ``lines`` stderr lines, each cut to ``width`` characters (a module list can be long)."""
-        return "\n".join(line if len(line) <= width else line[:width] + "..." for line in list(self.stderr_tail)[-lines:])
+    def tail(self, lines: int = 50, width: int = 200, crashed: bool = False) -> str:
+        """The last ``lines`` stderr lines, each cut to ``width`` characters (a module list can be long).
+        ``crashed``: from faulthandler's ``Fatal Python error`` on, when the kept lines hold it (its stacks may be
+        longer than ``lines``)."""
+        kept = list(self.stderr_tail)
+        fatal = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")] if crashed else []
+        chosen = kept[fatal[-1]:] if fatal else kept[-lines:]
+        return "\n".join(line if len(line) <= width else line[:width] + "..." for line in chosen)

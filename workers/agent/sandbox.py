@@ -292,8 +292,8 @@ class Sandbox:
         for m in mounts[first:]:
             argv += m
         argv += ["--chdir", userjob.SANDBOX_DIRS["code_dir"], "--"]
-        argv += ["/usr/bin/prlimit", f"--cpu={s.cpu_s}:{s.cpu_s + 1}", f"--nofile={s.nofile}:{s.nofile}",
-                 f"--nproc={s.nproc}:{s.nproc}", f"--fsize={s.fsize_bytes}:{s.fsize_bytes}", "--core=0:0", "--"]
+        argv += ["/usr/bin/prlimit", *(f"--{userjob.LIMITS[name].prlimit}={value}:{value + (name == 'cpu_s')}"
+                                       for name, value in s.limits().items()), "--core=0:0", "--"]
         if self.uid is not None:
             argv += ["/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                      "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from zico_contracts.userjob import LIMITS
+
 
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
@@ -32,6 +34,8 @@ def _env_int(name: str, default: int, minimum: int) -> int:
     return value
 
 
+# the smallest value each sandbox limit's knob accepts (zico_contracts.userjob.LIMITS: the knobs' names)
+LIMIT_MINIMUMS = {"cpu_s": 1, "nofile": 64, "nproc": 16, "fsize_bytes": 1 << 20}
 UID_LIMIT = 2**32 - 1  # (uid_t)-1 means "unchanged" to setresuid; every job uid stays below it
 
 
@@ -53,7 +57,9 @@ class AgentSettings:
             outside the allocator (``ZICO_JOB_BYPASS_MARGIN_BYTES``, default 512 MiB: the preloaded data set,
             torch's own small buffers and the host copies of a checkpoint live there too).
         rss_interval_s: how often each job's ``/proc/<pid>/status`` is sampled (0.25 s).
-        stderr_lines: stderr lines kept for a failure reason (50).
+        stderr_lines: stderr lines kept to find where a crashed job was (its stack, printed by faulthandler) (50).
+        reason_stderr_lines: the last stderr lines a failed job's reason ends with (20; a crash's from
+            faulthandler's ``Fatal Python error`` on, up to ``stderr_lines``).
         job_module: the module run with ``python -m`` for each catalog job (``workers.jobproc``).
         script_module: the module run for each user-script job, inside the sandbox (``workers.scriptproc``).
         output_line_bytes: a job's stdout/stderr line is cut to this many bytes before it reaches the log, the
@@ -82,6 +88,7 @@ class AgentSettings:
     bypass_margin_bytes: int = 512 << 20
     rss_interval_s: float = 0.25
     stderr_lines: int = 50
+    reason_stderr_lines: int = 20
     job_module: str = "workers.jobproc"
     script_module: str = "workers.scriptproc"
     output_line_bytes: int = 4096
@@ -98,6 +105,10 @@ class AgentSettings:
             raise ValueError(f"ZICO_JOB_UID_BASE / ZICO_JOB_UID_COUNT: job uids {self.uid_base}.."
                              f"{self.uid_base + self.uid_count - 1} must lie within 1..{UID_LIMIT - 1}")
 
+    def limits(self) -> dict[str, int]:
+        """The sandbox's limits by name (``zico_contracts.userjob.LIMITS``): ``{"cpu_s": 2592000, ...}``."""
+        return {name: getattr(self, name) for name in LIMITS}
+
     def job_uid(self, job_id: int) -> int:
         """The uid (and gid) job ``job_id`` runs as in its sandbox."""
         return self.uid_base + job_id % self.uid_count
@@ -113,8 +124,6 @@ class AgentSettings:
                 "bwrap": os.environ.get("ZICO_JOB_BWRAP") or cls.bwrap,
                 "uid_base": _env_int("ZICO_JOB_UID_BASE", cls.uid_base, 1),
                 "uid_count": _env_int("ZICO_JOB_UID_COUNT", cls.uid_count, 1),
-                "cpu_s": _env_int("ZICO_JOB_CPU_S", cls.cpu_s, 1),
-                "nofile": _env_int("ZICO_JOB_NOFILE", cls.nofile, 64),
-                "nproc": _env_int("ZICO_JOB_NPROC", cls.nproc, 16),
-                "fsize_bytes": _env_int("ZICO_JOB_FSIZE_BYTES", cls.fsize_bytes, 1 << 20)}
+                **{name: _env_int(LIMITS[name].knob, getattr(cls, name), minimum)
+                   for name, minimum in LIMIT_MINIMUMS.items()}}
         return cls(**{**base, **overrides})

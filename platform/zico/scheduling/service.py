@@ -123,14 +123,15 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
 
 def make_policy(name: str = "memory-aware") -> Policy:
     """The service's policy by name, with its settings: ``memory-aware`` (slowdown limit
-    ``settings.ZICO_MAX_SLOWDOWN``; groups planned with each device's registered gate share, and
+    ``settings.ZICO_MAX_SLOWDOWN``, at most ``settings.ZICO_MAX_GROUP`` jobs per device; groups planned with each device's registered gate share, and
     ``1 - DEFAULT_GATE_HEADROOM`` for a device without one) or ``fifo``.
 
     Raises:
         ValueError: an unknown name (the message lists :data:`POLICIES`).
     """
     if name == "memory-aware":
-        return MemoryAware(max_slowdown=settings.ZICO_MAX_SLOWDOWN, group_share=1 - DEFAULT_GATE_HEADROOM)
+        return MemoryAware(max_group=settings.ZICO_MAX_GROUP, max_slowdown=settings.ZICO_MAX_SLOWDOWN,
+                           group_share=1 - DEFAULT_GATE_HEADROOM)
     if name == "fifo":
         return FirstFitFifo()
     raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")

@@ -238,7 +238,7 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
         Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
     else:
-        try_transition(job, status, device=dev, reason=readable_reason(str(msg.get("reason") or ""))[:2000],
+        try_transition(job, status, device=dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],
                        metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))

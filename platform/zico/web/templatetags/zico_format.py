@@ -57,6 +57,19 @@ def reason_h(text) -> str:
 
 
 @register.filter
+def headline(text) -> str:
+    """A failure reason's first line: what went wrong (a device worker's reason puts how the process ended and
+    the last lines of its stderr on the lines below it: Note [Outcome of a job process] in workers.agent.agent)."""
+    return text.split("\n", 1)[0] if isinstance(text, str) else text
+
+
+@register.filter
+def below_headline(text) -> str:
+    """A failure reason's lines after its first (:func:`headline`), or ``""``."""
+    return text.split("\n", 1)[1] if isinstance(text, str) and "\n" in text else ""
+
+
+@register.filter
 def details_h(details) -> str:
     """An event's details as ``key value`` pairs; ``*_bytes`` in binary units, ``*_s`` in seconds."""
     if not isinstance(details, dict):

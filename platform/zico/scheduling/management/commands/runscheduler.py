@@ -60,6 +60,8 @@ class Command(BaseCommand):
         scheduler = Scheduler(make_policy(policy), estimates=estimates)
         slowdown = getattr(scheduler.policy, "max_slowdown", None)
         limit = f", slowdown limit {slowdown:g}x" if slowdown is not None else ""
+        if getattr(scheduler.policy, "max_group", None) is not None:
+            limit += f", at most {scheduler.policy.max_group} jobs per device"
         background = "on" if estimates else "off (ZICO_SCHEDULER_ESTIMATES)"
         self.stdout.write(f"scheduler ready: policy {policy}{limit}, a round every {interval:g} s, background "
                           f"estimates {background}", ending="\n")
