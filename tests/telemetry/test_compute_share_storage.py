@@ -93,7 +93,7 @@ def test_a_message_seen_twice_is_counted_once(consumer, link, kind):
 
 @pytest.mark.parametrize("bad, field", [
     ({"share": 1.5}, "share"), ({"method": "guess"}, "method"), ({"device": "tpu"}, "device"),
-    ({"iterations": 0}, "iterations"), ({"slowdown": float("nan")}, "slowdown"),
+    ({"iterations": 0}, "iterations"), ({"slowdown": -1.0}, "slowdown"),
 ])
 def test_a_malformed_measurement_is_refused_naming_its_field_and_the_outcome_is_kept(consumer, link, kind, bad,
                                                                                        field, caplog):
