@@ -177,6 +177,7 @@ class MemoryAware:
         # Note [Waiting reasons] in placement.reasons: a reason depends on the job only through its curve,
         # compute share and tenant, and on the devices' groups, which change only when a job is placed
         explained: dict[tuple, WaitReason] = {}
+        bounds: dict[tuple, float | None] = {}  # a group and a job -> _bound (the same until the group changes)
         for job in fair_order(state):
             left -= 1
             why = quotas.refusal(job)
@@ -184,7 +185,7 @@ class MemoryAware:
                 if explain:
                     waiting[job.id] = why
                 continue
-            choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left)
+            choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left, bounds)
             if choice is None:
                 if explain:
                     key = (job.curve_key, job.compute_share, job.tenant, len(out))
@@ -207,10 +208,11 @@ class MemoryAware:
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
         return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
 
-    def _choose(self, job, buckets, groups, budgets, shares, rank, state, left):
+    def _choose(self, job, buckets, groups, budgets, shares, rank, state, left, bounds):
         empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[2])
         best_empty = None
         candidates = []
+        mine = (job.curve_key, job.compute_share, job.tenant)
         for sig, ids in buckets.items():
             dev_id = ids[0]
             group, budget = groups[dev_id], budgets[dev_id]
@@ -219,16 +221,14 @@ class MemoryAware:
                         best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])):
                     best_empty = dev_id
                 continue
-            if len(group) >= self.max_group or not may_share(job, group, state.tenants):
+            if len(group) >= self.max_group:
                 continue
             budget *= shares[dev_id]
-            members = group + [job]
-            if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
-                continue
-            curves = [j.curve for j in members]
-            if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
-                continue
-            candidates.append((saving_bound(curves, budget), dev_id, members, budget))
+            key = (budget, tuple((j.curve_key, j.compute_share, j.tenant) for j in group), mine)
+            if key not in bounds:
+                bounds[key] = self._bound(job, group, budget, state.tenants)
+            if bounds[key] is not None:
+                candidates.append((bounds[key], dev_id, group + [job], budget))
         if best_empty is not None and (not candidates or empty_count > left):
             return best_empty, self.cache.plan([job], budgets[best_empty])
         # branch and bound: plan the groups in order of their best possible saving and stop
@@ -250,6 +250,21 @@ class MemoryAware:
             return best_empty, self.cache.plan([job], budgets[best_empty])
         return None
 
+
+    def _bound(self, job, group, budget, tenants) -> float | None:
+        """:func:`saving_bound` of ``group`` plus ``job`` under the group ``budget``, or None when :meth:`_choose`
+        rules the pair out before planning: tenants that do not share, a contention factor over the slowdown
+        limit, or a budget below the group's minimal feasible budget. Depends on the jobs only through their
+        curve keys, compute shares and tenants (as :class:`PlanCache` does)."""
+        if not may_share(job, group, tenants):
+            return None
+        members = group + [job]
+        if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
+            return None
+        curves = [j.curve for j in members]
+        if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
+            return None
+        return saving_bound(curves, budget)
 
     def _explain(self, job, buckets, groups, shares, by_id, state) -> WaitReason:
         """Why :meth:`_choose` found no device for ``job``: each device's refusal, the checks of
