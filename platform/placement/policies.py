@@ -169,6 +169,12 @@ class MemoryAware:
         buckets: dict[tuple, list[Hashable]] = {}
         for d in state.devices:
             buckets.setdefault(self._signature(d.budget_bytes, shares[d.id], groups[d.id]), []).append(d.id)
+        # what _choose looks at, kept as placements change it: the buckets with room (in the order of
+        # ``buckets``), each device's group as the keys PlanCache and _bound go by, the empty devices' count
+        rnd = _Round(groups, budgets, shares, rank,
+                     {sig: ids for sig, ids in buckets.items() if len(sig[2]) < self.max_group},
+                     {d: self._group_key(g) for d, g in groups.items()},
+                     sum(len(ids) for sig, ids in buckets.items() if not sig[2]))
         quotas = Quotas(state)
         left = len(state.queued)
         out: list[Placement] = []
@@ -177,7 +183,6 @@ class MemoryAware:
         # Note [Waiting reasons] in placement.reasons: a reason depends on the job only through its curve,
         # compute share and tenant, and on the devices' groups, which change only when a job is placed
         explained: dict[tuple, WaitReason] = {}
-        bounds: dict[tuple, float | None] = {}  # a group and a job -> _bound (the same until the group changes)
         for job in fair_order(state):
             left -= 1
             why = quotas.refusal(job)
@@ -185,7 +190,7 @@ class MemoryAware:
                 if explain:
                     waiting[job.id] = why
                 continue
-            choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left, bounds)
+            choice = self._choose(job, rnd, state, left)
             if choice is None:
                 if explain:
                     key = (job.curve_key, job.compute_share, job.tenant, len(out))
@@ -198,8 +203,17 @@ class MemoryAware:
             buckets[sig].remove(dev_id)
             if not buckets[sig]:
                 del buckets[sig]
+                rnd.open.pop(sig, None)
+            if not groups[dev_id]:
+                rnd.empty -= 1
             groups[dev_id].append(job)
-            buckets.setdefault(self._signature(budgets[dev_id], shares[dev_id], groups[dev_id]), []).append(dev_id)
+            rnd.keys[dev_id] = self._group_key(groups[dev_id])
+            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
+            if sig not in buckets:
+                buckets[sig] = []
+                if len(groups[dev_id]) < self.max_group:
+                    rnd.open[sig] = buckets[sig]
+            buckets[sig].append(dev_id)
             out.append(Placement(job.id, dev_id, plan))
             quotas.add(job)
         return Decision(out, waiting)
@@ -208,27 +222,31 @@ class MemoryAware:
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
         return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
 
-    def _choose(self, job, buckets, groups, budgets, shares, rank, state, left, bounds):
-        empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[2])
+    @staticmethod
+    def _group_key(group: Sequence[Job]) -> tuple:
+        return tuple((j.curve_key, j.compute_share, j.tenant) for j in group)
+
+    def _choose(self, job, rnd: "_Round", state, left):
+        groups, budgets, rank = rnd.groups, rnd.budgets, rnd.rank
         best_empty = None
         candidates = []
-        mine = (job.curve_key, job.compute_share, job.tenant)
-        for sig, ids in buckets.items():
+        mine, peak = (job.curve_key, job.compute_share, job.tenant), job.peak_bytes
+        for ids in rnd.open.values():
             dev_id = ids[0]
             group, budget = groups[dev_id], budgets[dev_id]
             if not group:  # the smallest empty device that fits; equal ones by their order in the state
-                if job.peak_bytes <= budget * (1 + BUDGET_RTOL) and (
+                if peak <= budget * (1 + BUDGET_RTOL) and (
                         best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])):
                     best_empty = dev_id
                 continue
-            if len(group) >= self.max_group:
-                continue
-            budget *= shares[dev_id]
-            key = (budget, tuple((j.curve_key, j.compute_share, j.tenant) for j in group), mine)
-            if key not in bounds:
-                bounds[key] = self._bound(job, group, budget, state.tenants)
-            if bounds[key] is not None:
-                candidates.append((bounds[key], dev_id, group + [job], budget))
+            budget *= rnd.shares[dev_id]
+            key = (budget, rnd.keys[dev_id], mine)
+            bound = rnd.bounds.get(key, _UNSEEN)
+            if bound is _UNSEEN:
+                bound = rnd.bounds[key] = self._bound(job, group, budget, state.tenants)
+            if bound is not None:
+                candidates.append((bound, dev_id, group + [job], budget))
+        empty_count = rnd.empty
         if best_empty is not None and (not candidates or empty_count > left):
             return best_empty, self.cache.plan([job], budgets[best_empty])
         # branch and bound: plan the groups in order of their best possible saving and stop
@@ -305,6 +323,27 @@ class MemoryAware:
                                      factor=plan.predicted_slowdown[worst]:
                                      reasons.slowdown(job, dev, group, slowed, factor, self.max_slowdown)))
         return min(refusals, key=lambda r: r[:2])[2]()
+
+
+_UNSEEN = object()
+
+
+@dataclass
+class _Round:
+    """MemoryAware.decide's working state for _choose: each device's group (this round's placements
+    included), budget, group share and rank in the state; the buckets of interchangeable devices with room
+    (``open``, signature -> device ids, in the order of decide's ``buckets``); each device's group as
+    ``(curve key, compute share, tenant)`` per job (``keys``); ``_bound`` per group key, group budget and
+    job key (``bounds``); how many devices are empty (``empty``)."""
+
+    groups: dict
+    budgets: dict
+    shares: dict
+    rank: dict
+    open: dict
+    keys: dict
+    empty: int
+    bounds: dict = dataclasses.field(default_factory=dict)
 
 
 def saving_bound(curves: Sequence, budget_bytes: float) -> float:
