@@ -15,6 +15,7 @@ Only numpy is imported here (the placement core must stay free of Django, Celery
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -64,9 +65,9 @@ class MemoryCurve:
         _validate(f, b, self.iteration_s, self.persistent_bytes, self.source)
 
     # -- derived figures ------------------------------------------------------------
-    @property
+    @functools.cached_property
     def peak_bytes(self) -> float:
-        """Largest bytes held at any point of the iteration."""
+        """Largest bytes held at any point of the iteration (computed once: a curve is immutable)."""
         return float(self.bytes.max())
 
     @property

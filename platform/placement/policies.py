@@ -53,12 +53,18 @@ class PlanCache:
         self.misses = 0
 
     def plan(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
+        """:func:`plan_group` of ``jobs`` (their ids in the plan)."""
+        plan = self.shared(jobs, budget_bytes)
+        return None if plan is None else dataclasses.replace(plan, job_ids=tuple(j.id for j in jobs))
+
+    def shared(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
+        """The memoised plan itself, whose ``job_ids`` are those of the group it was first made for: for
+        reading its figures (slowdowns, saving) without copying it; :meth:`plan` gives it ``jobs``' ids."""
         key = (tuple((j.curve_key, j.compute_share) for j in jobs), float(budget_bytes))
         if key not in self._plans:
             self.misses += 1
             self._plans[key] = plan_group(jobs, budget_bytes)
-        plan = self._plans[key]
-        return None if plan is None else dataclasses.replace(plan, job_ids=tuple(j.id for j in jobs))
+        return self._plans[key]
 
 
 def _fits_anywhere(job: Job, devices: Sequence[Device]) -> bool:
@@ -256,14 +262,14 @@ class MemoryAware:
         for bound, dev_id, members, budget in candidates:
             if best is not None and bound <= best[0][0]:
                 break
-            plan = self.cache.plan(members, budget)
+            plan = self.cache.shared(members, budget)
             if plan is None or max(plan.predicted_slowdown) > self.max_slowdown:
                 continue
             score = (plan.saving_bytes, -max(plan.predicted_slowdown))
             if best is None or score > best[0]:
-                best = (score, dev_id, plan)
+                best = (score, dev_id, members, budget)
         if best is not None:
-            return best[1], best[2]
+            return best[1], self.cache.plan(best[2], best[3])
         if best_empty is not None:
             return best_empty, self.cache.plan([job], budgets[best_empty])
         return None
@@ -313,7 +319,7 @@ class MemoryAware:
                 if factor > self.max_slowdown:
                     refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, factor), n, lambda dev=dev, group=group,
                                      factor=factor: reasons.slowdown(job, dev, group, None, factor, self.max_slowdown)))
-                elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.plan(members, budget)) is None:
+                elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.shared(members, budget)) is None:
                     refusals.append((reasons.closeness(reasons.NO_ROOM, need - budget), n, lambda dev=dev, group=group,
                                      need=need, budget=budget: reasons.no_room(job, dev, group, need, budget)))
                 else:
