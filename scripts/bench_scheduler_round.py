@@ -3,7 +3,10 @@
 ``ready``; ``--status ready`` skips that) and 256 devices in a throwaway database, one round of
 ``Scheduler.run_round`` with the FIFO baseline and with the memory-aware policy (fresh data for
 each), timed and printed with the memory-aware figures as ratios to the baseline, with the
-round's SQL query count and its seconds per step (``RoundResult.timings``).
+round's SQL query count and its seconds per step (``RoundResult.timings``). Wall time stretches with
+the load of a shared machine, so each round also prints its CPU time: this process's (per step too,
+``RoundResult.cpu_timings``) and, when the server is local and its /proc readable, that of the
+round's PostgreSQL backend; on an idle machine the round takes about their sum.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/zico_place REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python scripts/bench_scheduler_round.py [--jobs 1000] [--devices 256] [--status queued] \\
@@ -20,6 +23,7 @@ import random
 import sys
 import time
 import uuid
+from pathlib import Path
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.test_settings")
 
@@ -76,23 +80,46 @@ def clear() -> None:
     Tenant.objects.all().delete()
 
 
-def one_round(policy, n_jobs: int, n_devices: int, status: str) -> tuple[float, int, list[str], dict[str, float], int]:
+def backend_cpu_s() -> float | None:
+    """CPU seconds (user + system) of this connection's PostgreSQL backend so far, from /proc; None when the
+    server is not on this machine or its process cannot be read."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_round(policy, n_jobs: int, n_devices: int, status: str) -> dict:
     from zico.scheduling.service import Scheduler
 
     host = f"bench{uuid.uuid4().hex[:6]}"
     clear()
     fill(n_jobs, n_devices, host, status)
     connection.queries_log.clear()  # the log keeps 9,000 queries: a full one would hide the round's
+    pg0 = backend_cpu_s()
     with CaptureQueriesContext(connection) as queries:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         res = Scheduler(policy).run_round()
-        dt = time.perf_counter() - t0
-    timings = getattr(res, "timings", {})  # absent in code before the bulk round (63d1874), for comparisons
-    return dt, len(res.placed), sorted({q for _, _, q in res.sent}), timings, len(queries.captured_queries)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pg1 = backend_cpu_s()
+    return {"wall": dt, "cpu": cpu, "pg_cpu": None if pg0 is None or pg1 is None else pg1 - pg0,
+            "placed": len(res.placed), "queues": sorted({q for _, _, q in res.sent}),
+            # absent in older code (before the bulk round, 63d1874; before per-step CPU), for comparisons
+            "timings": getattr(res, "timings", {}), "cpu_timings": getattr(res, "cpu_timings", {}),
+            "queries": len(queries.captured_queries), "load": os.getloadavg()[0]}
 
 
 def steps(timings: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in timings.items())
+
+
+def cpu(r: dict) -> str:
+    pg = "" if r["pg_cpu"] is None else f" + PostgreSQL backend {r['pg_cpu']:.2f} s"
+    return f"CPU: scheduler {r['cpu']:.2f} s{pg}"
 
 
 def main() -> None:
@@ -112,10 +139,10 @@ def main() -> None:
     connection.creation.create_test_db(verbosity=0, autoclobber=True)
     queues: list[str] = []
     try:
-        base, n_base, q1, t_base, nq_base = one_round(FirstFitFifo(), args.jobs, args.devices, args.status)
-        zico, n_zico, q2, t_zico, nq_zico = one_round(MemoryAware(max_group=args.max_group), args.jobs,
-                                                      args.devices, args.status)
-        queues = q1 + q2
+        base = one_round(FirstFitFifo(), args.jobs, args.devices, args.status)
+        queues = base["queues"]
+        zico = one_round(MemoryAware(max_group=args.max_group), args.jobs, args.devices, args.status)
+        queues += zico["queues"]
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
         r = redis.Redis.from_url(settings.CELERY_BROKER_URL)
@@ -123,11 +150,16 @@ def main() -> None:
             r.delete(q)
     print(f"one scheduling round, {args.jobs} {args.status} jobs, {args.devices} empty devices "
           f"(PostgreSQL + Redis, cold plan cache, memory-aware groups of up to {args.max_group})")
-    print(f"  fifo first-fit (baseline)  {base:7.2f} s  placed {n_base}, {nq_base} SQL queries")
-    print(f"  memory-aware               {zico:7.2f} s  placed {n_zico}, {nq_zico} SQL queries  "
-          f"({zico / base:.2f}x baseline, {zico / max(n_zico, 1) * 1000:.2f} ms per placed job)")
-    print(f"  seconds per step, fifo:         {steps(t_base)}")
-    print(f"  seconds per step, memory-aware: {steps(t_zico)}")
+    print(f"  fifo first-fit (baseline)  {base['wall']:7.2f} s  placed {base['placed']}, {base['queries']} SQL queries; "
+          f"{cpu(base)}; load {base['load']:.1f}")
+    print(f"  memory-aware               {zico['wall']:7.2f} s  placed {zico['placed']}, {zico['queries']} SQL queries  "
+          f"({zico['wall'] / base['wall']:.2f}x baseline, {zico['wall'] / max(zico['placed'], 1) * 1000:.2f} ms per "
+          f"placed job); {cpu(zico)}; load {zico['load']:.1f}")
+    print(f"  seconds per step, fifo:         {steps(base['timings'])}")
+    print(f"  seconds per step, memory-aware: {steps(zico['timings'])}")
+    if zico["cpu_timings"]:
+        print(f"  CPU seconds per step, fifo:         {steps(base['cpu_timings'])}")
+        print(f"  CPU seconds per step, memory-aware: {steps(zico['cpu_timings'])}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
-from .curves import MemoryCurve
+from .curves import MemoryCurve, derived_curve
 from .gating import Commitment, least_delay_s
 
 # Note [Bounded delay records]
@@ -59,6 +59,12 @@ HOLD_ITERATIONS = 2.0
 
 # Default bins per shortest iteration for gating decisions (see Note [Gating rule]).
 DEFAULT_RESOLUTION = 256
+
+
+def _held_at_peak(c: MemoryCurve) -> MemoryCurve:
+    """``c``'s peak, flat (Note [Held at the peak])."""
+    return MemoryCurve(fractions=[0.0], bytes=[c.peak_bytes], iteration_s=c.iteration_s,
+                       persistent_bytes=c.persistent_bytes, source=c.source, device=c.device)
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,7 @@ class Coordinator:
         self._clock = clock
         self._resolution = int(resolution)
         self._jobs: dict[Hashable, _JobState] = {}
+        self._bins: dict = {}  # memo of whole iterations' bins (placement.gating.cached_iteration_bins)
         self._cond = threading.Condition()
         # Note [Bounded delay records]: the newest DELAY_RECORDS_MAX records, plus running totals.
         self.delays: deque[DelayRecord] = deque(maxlen=DELAY_RECORDS_MAX)
@@ -239,9 +246,7 @@ class Coordinator:
             st = self._jobs[job_id]
             if not st.in_flight:
                 raise RuntimeError(f"job {job_id!r} has no iteration in flight to hold")
-            c = st.curve
-            st.held = MemoryCurve(fractions=[0.0], bytes=[c.peak_bytes], iteration_s=c.iteration_s,
-                                  persistent_bytes=c.persistent_bytes, source=c.source, device=c.device)
+            st.held = derived_curve(st.curve, "held", _held_at_peak)
 
     def end_iteration(self, job_id: Hashable) -> None:
         """The job's iteration ended (its transient memory is freed); waiters re-decide."""
@@ -305,7 +310,7 @@ class Coordinator:
             others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
             me = Commitment(ws.curve, ws.iteration_s, loaded=ws.loaded)
-            delay = least_delay_s(me, others, self._budget, dt)
+            delay = least_delay_s(me, others, self._budget, dt, self._bins)
             if waiter == job_id:
                 if delay is None:
                     if waiter == line[0][2] and not any(s.in_flight for s in self._jobs.values()):
@@ -316,7 +321,7 @@ class Coordinator:
                 if not reserved:  # nobody ahead holds a reservation: the budget alone delays it
                     return Decision(False, delay, "budget")
                 alone = least_delay_s(me, [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
-                                      self._budget, dt)
+                                      self._budget, dt, self._bins)
                 return Decision(False, delay, "budget" if alone and alone > 0 else "line")
             if delay is not None:
                 reserved[waiter] = delay

@@ -280,8 +280,9 @@ class DeviceRun:
         for r in self.jobs.values():
             if r.running:
                 c = r.job.curve
-                self._call(r, "observe", float(c.at(min(r.fraction, 1.0 - 1e-12))),
-                           "backward" if r.backward else "forward")
+                # c.at(x) for x in [0, 1), without its array round trips (a third of a prediction's polls)
+                held = c.bytes[max(int(c.fractions.searchsorted(min(r.fraction, 1.0 - 1e-12), side="right")) - 1, 0)]
+                self._call(r, "observe", float(held), "backward" if r.backward else "forward")
         for r in list(self.jobs.values()):
             if r.running:
                 continue

@@ -67,7 +67,7 @@ from typing import Hashable
 import numpy as np
 
 from .coordinator import Coordinator, Decision
-from .curves import MemoryCurve
+from .curves import MemoryCurve, derived_curve
 
 CONTENTION = 3.0        # expected time before any measurement, x the solo time (Note [Expected iteration time])
 DEVIATIONS = 4.0        # margin: this many mean deviations (RFC 6298's K)
@@ -164,7 +164,7 @@ class Pacer:
 
     def join(self) -> None:
         """Add the job with its warm-up curve (Note [Warm-up iteration]). Raises ValueError if it is there."""
-        self.coordinator.add_job(self.job_id, warmup_curve(self.curve), self.time.shortest_s)
+        self.coordinator.add_job(self.job_id, derived_curve(self.curve, "warmup", warmup_curve), self.time.shortest_s)
         self.joined = True
 
     def leave(self) -> None:
@@ -194,7 +194,8 @@ class Pacer:
             if not self.warmed_up:  # Note [Warm-up iteration]: from now on, the job's real curve
                 self.time.add_warmup(c.now() - self._started_at)
                 c.remove_job(j)
-                c.add_job(j, falling_envelope(self.curve), self.time.shortest_s, loaded=True)
+                c.add_job(j, derived_curve(self.curve, "falling", falling_envelope), self.time.shortest_s,
+                          loaded=True)
                 self.warmed_up = True
             else:
                 self.time.add(c.now() - self._started_at)

@@ -53,12 +53,18 @@ class PlanCache:
         self.misses = 0
 
     def plan(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
+        """:func:`plan_group` of ``jobs`` (their ids in the plan)."""
+        plan = self.shared(jobs, budget_bytes)
+        return None if plan is None else dataclasses.replace(plan, job_ids=tuple(j.id for j in jobs))
+
+    def shared(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
+        """The memoised plan itself, whose ``job_ids`` are those of the group it was first made for: for
+        reading its figures (slowdowns, saving) without copying it; :meth:`plan` gives it ``jobs``' ids."""
         key = (tuple((j.curve_key, j.compute_share) for j in jobs), float(budget_bytes))
         if key not in self._plans:
             self.misses += 1
             self._plans[key] = plan_group(jobs, budget_bytes)
-        plan = self._plans[key]
-        return None if plan is None else dataclasses.replace(plan, job_ids=tuple(j.id for j in jobs))
+        return self._plans[key]
 
 
 def _fits_anywhere(job: Job, devices: Sequence[Device]) -> bool:
@@ -169,6 +175,12 @@ class MemoryAware:
         buckets: dict[tuple, list[Hashable]] = {}
         for d in state.devices:
             buckets.setdefault(self._signature(d.budget_bytes, shares[d.id], groups[d.id]), []).append(d.id)
+        # what _choose looks at, kept as placements change it: the buckets with room (in the order of
+        # ``buckets``), each device's group as the keys PlanCache and _bound go by, the empty devices' count
+        rnd = _Round(groups, budgets, shares, rank,
+                     {sig: ids for sig, ids in buckets.items() if len(sig[2]) < self.max_group},
+                     {d: self._group_key(g) for d, g in groups.items()},
+                     sum(len(ids) for sig, ids in buckets.items() if not sig[2]))
         quotas = Quotas(state)
         left = len(state.queued)
         out: list[Placement] = []
@@ -184,7 +196,7 @@ class MemoryAware:
                 if explain:
                     waiting[job.id] = why
                 continue
-            choice = self._choose(job, buckets, groups, budgets, shares, rank, state, left)
+            choice = self._choose(job, rnd, state, left)
             if choice is None:
                 if explain:
                     key = (job.curve_key, job.compute_share, job.tenant, len(out))
@@ -197,8 +209,17 @@ class MemoryAware:
             buckets[sig].remove(dev_id)
             if not buckets[sig]:
                 del buckets[sig]
+                rnd.open.pop(sig, None)
+            if not groups[dev_id]:
+                rnd.empty -= 1
             groups[dev_id].append(job)
-            buckets.setdefault(self._signature(budgets[dev_id], shares[dev_id], groups[dev_id]), []).append(dev_id)
+            rnd.keys[dev_id] = self._group_key(groups[dev_id])
+            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
+            if sig not in buckets:
+                buckets[sig] = []
+                if len(groups[dev_id]) < self.max_group:
+                    rnd.open[sig] = buckets[sig]
+            buckets[sig].append(dev_id)
             out.append(Placement(job.id, dev_id, plan))
             quotas.add(job)
         return Decision(out, waiting)
@@ -207,28 +228,31 @@ class MemoryAware:
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
         return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
 
-    def _choose(self, job, buckets, groups, budgets, shares, rank, state, left):
-        empty_count = sum(len(ids) for sig, ids in buckets.items() if not sig[2])
+    @staticmethod
+    def _group_key(group: Sequence[Job]) -> tuple:
+        return tuple((j.curve_key, j.compute_share, j.tenant) for j in group)
+
+    def _choose(self, job, rnd: "_Round", state, left):
+        groups, budgets, rank = rnd.groups, rnd.budgets, rnd.rank
         best_empty = None
         candidates = []
-        for sig, ids in buckets.items():
+        mine, peak = (job.curve_key, job.compute_share, job.tenant), job.peak_bytes
+        for ids in rnd.open.values():
             dev_id = ids[0]
             group, budget = groups[dev_id], budgets[dev_id]
             if not group:  # the smallest empty device that fits; equal ones by their order in the state
-                if job.peak_bytes <= budget * (1 + BUDGET_RTOL) and (
+                if peak <= budget * (1 + BUDGET_RTOL) and (
                         best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])):
                     best_empty = dev_id
                 continue
-            if len(group) >= self.max_group or not may_share(job, group, state.tenants):
-                continue
-            budget *= shares[dev_id]
-            members = group + [job]
-            if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
-                continue
-            curves = [j.curve for j in members]
-            if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
-                continue
-            candidates.append((saving_bound(curves, budget), dev_id, members, budget))
+            budget *= rnd.shares[dev_id]
+            key = (budget, rnd.keys[dev_id], mine)
+            bound = rnd.bounds.get(key, _UNSEEN)
+            if bound is _UNSEEN:
+                bound = rnd.bounds[key] = self._bound(job, group, budget, state.tenants)
+            if bound is not None:
+                candidates.append((bound, dev_id, group + [job], budget))
+        empty_count = rnd.empty
         if best_empty is not None and (not candidates or empty_count > left):
             return best_empty, self.cache.plan([job], budgets[best_empty])
         # branch and bound: plan the groups in order of their best possible saving and stop
@@ -238,18 +262,33 @@ class MemoryAware:
         for bound, dev_id, members, budget in candidates:
             if best is not None and bound <= best[0][0]:
                 break
-            plan = self.cache.plan(members, budget)
+            plan = self.cache.shared(members, budget)
             if plan is None or max(plan.predicted_slowdown) > self.max_slowdown:
                 continue
             score = (plan.saving_bytes, -max(plan.predicted_slowdown))
             if best is None or score > best[0]:
-                best = (score, dev_id, plan)
+                best = (score, dev_id, members, budget)
         if best is not None:
-            return best[1], best[2]
+            return best[1], self.cache.plan(best[2], best[3])
         if best_empty is not None:
             return best_empty, self.cache.plan([job], budgets[best_empty])
         return None
 
+
+    def _bound(self, job, group, budget, tenants) -> float | None:
+        """:func:`saving_bound` of ``group`` plus ``job`` under the group ``budget``, or None when :meth:`_choose`
+        rules the pair out before planning: tenants that do not share, a contention factor over the slowdown
+        limit, or a budget below the group's minimal feasible budget. Depends on the jobs only through their
+        curve keys, compute shares and tenants (as :class:`PlanCache` does)."""
+        if not may_share(job, group, tenants):
+            return None
+        members = group + [job]
+        if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
+            return None
+        curves = [j.curve for j in members]
+        if minimal_feasible_budget(curves) > budget * (1 + BUDGET_RTOL):
+            return None
+        return saving_bound(curves, budget)
 
     def _explain(self, job, buckets, groups, shares, by_id, state) -> WaitReason:
         """Why :meth:`_choose` found no device for ``job``: each device's refusal, the checks of
@@ -280,7 +319,7 @@ class MemoryAware:
                 if factor > self.max_slowdown:
                     refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, factor), n, lambda dev=dev, group=group,
                                      factor=factor: reasons.slowdown(job, dev, group, None, factor, self.max_slowdown)))
-                elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.plan(members, budget)) is None:
+                elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.shared(members, budget)) is None:
                     refusals.append((reasons.closeness(reasons.NO_ROOM, need - budget), n, lambda dev=dev, group=group,
                                      need=need, budget=budget: reasons.no_room(job, dev, group, need, budget)))
                 else:
@@ -290,6 +329,27 @@ class MemoryAware:
                                      factor=plan.predicted_slowdown[worst]:
                                      reasons.slowdown(job, dev, group, slowed, factor, self.max_slowdown)))
         return min(refusals, key=lambda r: r[:2])[2]()
+
+
+_UNSEEN = object()
+
+
+@dataclass
+class _Round:
+    """MemoryAware.decide's working state for _choose: each device's group (this round's placements
+    included), budget, group share and rank in the state; the buckets of interchangeable devices with room
+    (``open``, signature -> device ids, in the order of decide's ``buckets``); each device's group as
+    ``(curve key, compute share, tenant)`` per job (``keys``); ``_bound`` per group key, group budget and
+    job key (``bounds``); how many devices are empty (``empty``)."""
+
+    groups: dict
+    budgets: dict
+    shares: dict
+    rank: dict
+    open: dict
+    keys: dict
+    empty: int
+    bounds: dict = dataclasses.field(default_factory=dict)
 
 
 def saving_bound(curves: Sequence, budget_bytes: float) -> float:

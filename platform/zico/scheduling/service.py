@@ -82,6 +82,7 @@ class RoundResult:
     sent: list[tuple[str, int, str]] = field(default_factory=list)  # (task, job id, queue), after commit
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step (advance, decide, waiting, ...)
+    cpu_timings: dict[str, float] = field(default_factory=dict)  # this process's CPU seconds per step
 
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
@@ -153,9 +154,10 @@ class Scheduler:
     def run_round(self) -> RoundResult:
         """One round (see the module notes). Never raises for a single job's trouble; database
         errors propagate (the command logs them and retries next round). ``timings`` in the
-        result says where the round's time went (seconds per step)."""
+        result says where the round's time went (seconds per step), ``cpu_timings`` this process's CPU
+        seconds per step."""
         res = RoundResult()
-        clock = _Clock(res.timings)
+        clock = _Clock(res.timings, res.cpu_timings)
         if not _lock_round():
             res.skipped = True
             return res
@@ -425,15 +427,18 @@ class Scheduler:
 
 
 class _Clock:
-    """Adds the seconds since the last call to ``timings[step]``."""
+    """Adds the seconds since the last call to ``timings[step]``, and this process's CPU seconds to
+    ``cpu_timings[step]`` (on a loaded machine wall time stretches with the load; CPU time much less)."""
 
-    def __init__(self, timings: dict[str, float]) -> None:
+    def __init__(self, timings: dict[str, float], cpu_timings: dict[str, float]) -> None:
         self.timings, self.t = timings, time.perf_counter()
+        self.cpu_timings, self.cpu = cpu_timings, time.process_time()
 
     def __call__(self, step: str) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         self.timings[step] = self.timings.get(step, 0.0) + now - self.t
-        self.t = now
+        self.cpu_timings[step] = self.cpu_timings.get(step, 0.0) + cpu - self.cpu
+        self.t, self.cpu = now, cpu
 
 
 def _one_profile_per_kind(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, reasons.WaitReason]]]:
