@@ -65,10 +65,17 @@ def test_no_route_registers_workloads(personas):
     c.force_login(personas.staff)
     schema = c.get("/api/schema/?format=json").json()
     workload_ops = {(path, m) for path, ops in schema["paths"].items() if "workload" in path for m in ops}
-    assert workload_ops == {("/api/workloads/", "get")}
+    # the list, and asking for a catalog workload's estimate (its body holds the workload's params, nothing else)
+    assert workload_ops == {("/api/workloads/", "get"), ("/api/workloads/{key}/estimate/", "post")}
+    ref = schema["paths"]["/api/workloads/{key}/estimate/"]["post"]["requestBody"]["content"]["application/json"]
+    body = schema["components"]["schemas"][ref["schema"]["$ref"].rsplit("/", 1)[1]]["properties"]
+    assert set(body) == {"params"}, body
     assert "builder" not in str(schema)  # no request or response in the API carries code references
     routes = [r for r in _routes() if "workload" in r.lower() or "plugin" in r.lower()]
-    assert routes == ["api/workloads/"]
+    assert routes == ["api/workloads/", "api/workloads/<str:key>/estimate/"]
+    keys = [w.key for w in list_workloads()]
+    asked = c.post("/api/workloads/evil/estimate/", {"builder": "os:system", "params": {}}, format="json")
+    assert asked.status_code == 404 and [w.key for w in list_workloads()] == keys  # an unknown key is not made
 
 
 @pytest.mark.parametrize("user", ["owner", "staff"])

@@ -1,7 +1,7 @@
 """Runs into one of the sandbox's resource limits, as a careless script would; prints what it saw.
 
     python hits_limits.py cpu                  spin until the CPU time limit stops the process (SIGXCPU)
-    python hits_limits.py nofile [--raise]     open files until EMFILE; print how many; --raise: let it propagate
+    python hits_limits.py nofile [--raise]     open files until EMFILE; print how many and the highest fd; --raise: let it propagate
     python hits_limits.py nproc [--hold FILE] [--raise]  fork children until EAGAIN; print the tasks of this uid
                                                then; --hold: keep the children until FILE exists
     python hits_limits.py fsize [--raise]      write one file until EFBIG; print its size
@@ -11,6 +11,7 @@ Each mode prints ``LIMIT {json}`` on stdout before it ends (cpu prints its start
 import errno
 import json
 import os
+import resource
 import sys
 import time
 
@@ -48,9 +49,11 @@ elif mode == "nofile":
         while True:
             files.append(open("/job/code/hits_limits.py"))
     except OSError as exc:
-        files.pop().close()  # one fd free for the listing, which counts its own: all fds open at the limit
-        report(mode=mode, opened=len(files) + 1, errno=errno.errorcode.get(exc.errno),
-               fds_at_limit=len(os.listdir("/proc/self/fd")))
+        highest = max(f.fileno() for f in files)  # the lowest free number is given: all below it are taken
+        files.pop().close()  # one fd free for the listing
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        report(mode=mode, opened=len(files) + 1, errno=errno.errorcode.get(exc.errno), highest_fd=highest,
+               inherited_above_limit=sum(int(fd) >= limit for fd in os.listdir("/proc/self/fd")))
         if "--raise" in sys.argv:
             raise
 elif mode == "nproc":
