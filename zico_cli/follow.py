@@ -15,19 +15,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from zico_contracts.oom import format_bytes
+
 from .errors import EXIT_ERROR, JOB_EXIT, CliError
 
 POLL_S = 1.0
 
 
 def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    """Bytes as the web pages show them (``zico_contracts.oom.format_bytes``: ``"1.50 GiB"``); ``—`` for none."""
+    return "—" if n is None else format_bytes(n)
 
 
 def progress_text(job: dict, allocated: int | None) -> str:

@@ -21,6 +21,7 @@ from .common import connect, json_option, out, parse_env, upload_project
 from .curve_commands import curve, store_identity_curve
 from .errors import CliError
 from .follow import human_bytes, show_logs
+from .upload import transfer_progress
 
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
          "t": 1 << 40, "tib": 1 << 40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -178,18 +179,28 @@ def download(job, path, output, as_json):
         if not files:
             raise CliError(f"job {job} has no output file {path!r}")
     output = output or Path(f"job-{job}")
-    written = []
+    targets = []
     for f in files:
         try:
             rel = check_member_path(f["path"])
         except ArchiveError as exc:
             raise CliError(f"refusing the server's path {f['path']!r}: {exc.problem}") from None
-        target = output.joinpath(*rel.split("/"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with api.request("GET", f["url"], stream=True) as r, open(target, "wb") as fh:
-            for chunk in r.iter_content(1 << 16):
-                fh.write(chunk)
-        written.append({"path": f["path"], "file": str(target), "size_bytes": f["size_bytes"]})
+        targets.append((f, output.joinpath(*rel.split("/"))))
+    written = []
+    with transfer_progress("downloading", not as_json) as progress:
+        task = progress.add_task("download", total=sum(f["size_bytes"] for f in files))
+        for f, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".part")  # renamed once whole: no half-written file
+            try:
+                with api.request("GET", f["url"], stream=True) as r, open(partial, "wb") as fh:
+                    for chunk in r.iter_content(1 << 16):
+                        fh.write(chunk)
+                        progress.advance(task, len(chunk))
+                partial.replace(target)
+            finally:
+                partial.unlink(missing_ok=True)
+            written.append({"path": f["path"], "file": str(target), "size_bytes": f["size_bytes"]})
     out(as_json, written, "\n".join(f"{w['file']}  {human_bytes(w['size_bytes'])}" for w in written)
         or f"Job {job} has no output files.")
 

@@ -64,12 +64,17 @@ class MultipartBody:
         self.file.close()
 
 
+def transfer_progress(label: str, show: bool) -> Progress:
+    """A byte-counting progress bar on stderr (label, bar, bytes done/total, speed, time left); ``show`` False:
+    a silent one (``--json``)."""
+    return Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=not show)
+
+
 def upload_file(api, url: str, name: str, path: Path, fields: dict[str, str], *, content_type: str,
                 label: str = "uploading", show_progress: bool = True) -> dict:
     """POST ``path`` as the file field ``name`` beside form ``fields`` to ``url``: the answer's JSON (200 or 201)."""
-    console = Console(stderr=True)
-    progress = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=console, disable=not show_progress)
+    progress = transfer_progress(label, show_progress)
     with progress:
         task = progress.add_task("upload", total=path.stat().st_size)
         body = MultipartBody(fields, name, path, lambda n: progress.advance(task, n), content_type)

@@ -97,8 +97,10 @@ def test_download_fetches_the_outputs_the_worker_uploaded(zico, signed_in, tmp_p
     result = zico("download", job_id, "-o", out)
     assert result.exit_code == 0, result.output
     assert (out / "ckpt" / "model.pt").read_bytes() == b"\x00" * 10 and (out / "metrics.json").read_bytes() == b"{}"
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["metrics.json", "model.pt"]  # no .part left
+    assert "downloading" in result.stderr and "12 bytes" in result.stderr, result.stderr  # the bar, on stderr
     only = json.loads(zico("download", "--json", job_id, "ckpt", "-o", tmp_path / "only").stdout)
-    assert [f["path"] for f in only] == ["ckpt/model.pt"]
+    assert [f["path"] for f in only] == ["ckpt/model.pt"]  # stdout is the JSON alone: the bar is off with --json
     assert zico("download", job_id, "nothing-here").exit_code == 4
 
 
