@@ -3,7 +3,6 @@
 on stderr with exit status 4 (zico_cli.errors); ``logs -f`` exits with the job's outcome."""
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
