@@ -11,10 +11,13 @@ Settings tuned for the test: ``OMP_NUM_THREADS=1`` in each job's environment (on
 jobs on the test machine's two cores would otherwise oversubscribe them, and a step took 10x longer);
 ``ZICO_MAX_SLOWDOWN=4`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
 shifts stretch them is placed together on the one device (the default limit keeps a group only when each job
-slows less, and the default group is two jobs); the round-2 budget lies halfway between what the three need
-together (their minimal feasible budget over the gate's share of the budget,
-``placement.gating.minimal_feasible_budget``) and the sum of their solo peaks, so that the plan, not the budget,
-decides whether they run together; the first round's jobs carry their own budget (``--budget 64MiB``, the floor), so a script may be profiled beside
+slows less, and the default group is two jobs); for round 2 the worker comes back with the gate headroom the
+first round's pool overhead calls for (``placement.gating.overhead_headroom``: the coordinator plans allocated
+curves while the budget counts reserved bytes, and these small scripts' 20 MiB segments hold 1.2-1.3x what they
+allocate; with the default 0.15 one job waited 30 s for room and was refused, or the deadlock rule granted past
+the budget), and the budget lies halfway between what the three need together (their minimal feasible budget
+over the gate's share, ``placement.gating.minimal_feasible_budget``) and the sum of the bytes the pool held for
+each in round 1, so that the plan, not the budget, decides whether they run together; the first round's jobs carry their own budget (``--budget 64MiB``, the floor), so a script may be profiled beside
 jobs of known memory that leave it that much (Note [Where a script is profiled] in zico.scheduling.service).
 """
 import json
@@ -29,7 +32,7 @@ from pathlib import Path
 import pytest
 from django.db.models import Max
 
-from placement.gating import minimal_feasible_budget
+from placement.gating import minimal_feasible_budget, overhead_headroom
 from workers.testing import stop_process
 from zico.cluster.models import Device
 from zico.jobs.models import Job, MemoryProfile
@@ -101,7 +104,8 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
                      ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
     stack.consumer(lost_after_s=15)
-    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "4", "--loglevel", "INFO")
+    worker_args = ("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "4", "--loglevel", "INFO")
+    worker = stack.worker(*worker_args)
     device = stack.registered_device()
     _, owner = tenant_owner
     _, secret = ApiToken.issue(owner, "cli")
@@ -119,12 +123,14 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in first.values()), 300, "round 1 to end")
     shown = followed(logs)
     jobs = {n: Job.objects.get(pk=i) for n, i in first.items()}
-    peaks = {}
+    peaks, held = {}, {}  # solo peaks: allocated (the curve's), and reserved (what the pool held for the job)
     for name, job in jobs.items():
         assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker.log")[-3000:])
         profile = measured_curve(job)
         assert profile.source == "allocator-trace" and profile.peak_bytes > 0
         peaks[name] = profile.peak_bytes
+        held[name] = job.metrics["peak_reserved_bytes"]
+        assert held[name] >= peaks[name], (name, held[name], peaks[name])
         rc, text = shown[name]
         assert rc == 0, text
         # the run was not restarted to be profiled: its first step and its end were printed once each
@@ -136,16 +142,23 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)
     assert overlap >= 1, "no two of the new scripts ran on the device at the same time"
 
-    # Round 2: the same code and commands again, under a budget below the sum of their solo peaks.
+    # Round 2: the same code and commands again, under a budget below the sum of their solo peaks. The worker
+    # comes back with the gate headroom these jobs' own pool overhead calls for (Note [Headroom from the jobs' own
+    # overhead] in placement.gating): its coordinator plans allocated curves, the budget counts reserved bytes.
     stop_process(scheduler)  # so that the three are ready in one round and planned as one group
-    share = 1 - Device.objects.get(pk=device.pk).gate_headroom  # of the budget, a group's gate plans against
+    headroom = overhead_headroom(sum(peaks.values()), sum(held.values()))
+    stop_process(worker)
+    stack.worker(*worker_args, "--gate-headroom", str(headroom), log="worker2.log")
+    waiter(lambda: Device.objects.get(pk=device.pk).gate_headroom == headroom, 120, "the worker's new headroom")
+    share = 1 - headroom  # of the budget, a group's gate plans against
     need = minimal_feasible_budget([measured_curve(job).memory_curve() for job in jobs.values()]) / share
-    # halfway between what the three need and the sum of their peaks: at the need itself the pool's reserved bytes
-    # (chunks, rounded up) reached the budget, where a job's request waits for room and may be refused
-    budget = max(int(need + (sum(peaks.values()) - need) / 2) // MiB * MiB, 64 * MiB)
-    print(f"\nsolo peaks {peaks} (sum {sum(peaks.values())}); the three need {int(need)} together (their minimal "
-          f"feasible budget over the gate's share {share:.2f}); budget {budget}")
-    assert max(peaks.values()) < budget < sum(peaks.values()), (peaks, need, budget)
+    # halfway between what the three need and the sum of the bytes the pool held for each alone: at the need
+    # itself the pool's reserved bytes (chunks, rounded up) reached the budget, where a request waits for room
+    budget = max(int(need + (sum(held.values()) - need) / 2) // MiB * MiB, 64 * MiB)
+    print(f"\nsolo peaks {peaks} allocated, {held} reserved (sums {sum(peaks.values())}, {sum(held.values())}); gate "
+          f"headroom {headroom}; the three need {int(need)} together (their minimal feasible budget over the gate's "
+          f"share {share:.3f}); budget {budget}")
+    assert max(held.values()) < budget < sum(held.values()), (peaks, held, need, budget)
     Device.objects.get(pk=device.pk).set_budget(budget)
     t_budget = time.time()
     waiter(lambda: TimelinePoint.objects.filter(device=device, job__isnull=True, budget_bytes=budget).exists(), 60,
@@ -157,7 +170,7 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     shown = followed(logs)
     reruns = {n: Job.objects.get(pk=i) for n, i in again.items()}
     for name, job in reruns.items():
-        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker.log")[-3000:])
+        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker2.log")[-3000:])
         moves = [e.details.get("reason") for e in job.events.filter(kind="status_change")]
         assert "memory curve of an identical job reused; not profiled" in moves, moves
         assert measured_curve(job).peak_bytes == peaks[name]  # the stored curve, not measured again
@@ -174,8 +187,8 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
                        {n: (min(together[i]), max(together[i])) for n, i in again.items()})
     device_peak = TimelinePoint.objects.filter(device=device, job__isnull=True, second__gte=int(t_budget) + 1) \
         .aggregate(m=Max("reserved_bytes"))["m"]
-    assert 0 < device_peak <= budget < sum(peaks.values()), (device_peak, budget, peaks)
-    print(f"solo peaks {peaks} (sum {sum(peaks.values())}), budget {budget}, device peak reserved {device_peak}, "
+    assert 0 < device_peak <= budget < sum(held.values()), (device_peak, budget, held)
+    print(f"solo peaks {held} reserved (sum {sum(held.values())}), budget {budget}, device peak reserved {device_peak}, "
           f"largest group {len(group['job_ids'])} jobs, predicted peak {group['predicted_peak_bytes']}, predicted "
           f"slowdowns {group.get('predicted_slowdown')}, {len(shared)} s with two or more jobs running, "
           f"{len(all_three)} s with all three; measured slowdowns "
