@@ -47,7 +47,11 @@ class WorkerConfig:
         allocations would wait or fail. So the coordinator plans against ``(1 - gate_headroom) x budget``
         (default 15 %, about the overhead measured on the CPU pool for the demo jobs: reserved peaks 20-40 %
         above allocated peaks for single jobs, ~7 % for the pair); the allocator still enforces the whole
-        budget as the safety net.
+        budget as the safety net. Jobs whose pool overhead is larger need a larger headroom
+        (``placement.gating.overhead_headroom``): three small plain scripts whose 20 MiB segments held 1.22-1.33x
+        what they allocated call for 0.341, and with 0.15, under a budget below the sum of their allocated
+        peaks, one waited 30 s for room and was refused, or the deadlock rule granted past the budget
+        (tests/integration/test_scripts_colocated_through_the_cli.py restarts its worker with 0.341).
     """
 
     kind: str

@@ -110,9 +110,10 @@ def overhead_headroom(allocated_peaks_bytes: float, reserved_peaks_bytes: float)
 #    shared cores at load 7-17: 0 grants past the budget in 3 of 3 runs at 0.10, grants in 1 of 4 runs at 0.05.
 #
 # The least budget this rule can plan is ``held_floor``: ``minimal_feasible_budget`` of the held curves over
-# ``1 - HELD_GATE_HEADROOM``. (The device worker plans stored allocated curves with ``overhead_headroom``
-# instead: it does not know a stored curve's held peak. For this pair that rule's floor is above the sum of the
-# solo held peaks.)
+# ``1 - HELD_GATE_HEADROOM``. (The device worker does not know a stored curve's held peak: it plans stored
+# allocated curves against ``1 - gate_headroom`` of the budget, its ``--gate-headroom``, default
+# DEFAULT_GATE_HEADROOM (Note [Gate headroom] in workers.device). ``overhead_headroom`` gives the headroom a
+# group's own overhead calls for; for this pair that rule's floor is above the sum of the solo held peaks.)
 HELD_GATE_HEADROOM = 0.10
 
 

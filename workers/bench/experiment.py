@@ -22,8 +22,9 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
 Zico's gate here plans as ``workers.colocate`` does (Note [Planning with held bytes] in placement.gating):
 *held-byte* curves (each job's allocated curve raised by its solo pool overhead, held peak less allocated peak,
 and held at its peak from its backward mark to its peak) against ``(1 - 0.10) x budget`` (``--gate-headroom``);
-the device worker's default plans stored allocated curves with ``placement.gating.overhead_headroom`` (0.31-0.34
-for these small jobs, which puts its floor near or above ``S``).
+the device worker plans stored allocated curves against ``1 - --gate-headroom`` of the budget (default 0.15);
+the headroom these small jobs' own overhead calls for (``placement.gating.overhead_headroom``: 0.31-0.34) puts
+that rule's floor near or above ``S``.
 
 Printed per pair and budget (:mod:`.experiment_report`): throughput relative to (a) (its makespan over the
 mode's: same iterations), makespan, peak held bytes, jobs failed out of memory, budget violations (grants past
