@@ -181,8 +181,12 @@ def main() -> None:
         print(f"  memory-aware, round {k}       {r['wall']:7.2f} s  placed {r['placed']} more; {cpu(r)}; "
               f"load {r['load']:.1f}; left for later {r['deferred']}")
     if zico["more"]:
-        print(f"  memory-aware: the first round left {zico['deferred']} jobs for later; "
-              f"{len(zico['more']) + 1} rounds placed {zico['placed'] + sum(r['placed'] for r in zico['more'])}")
+        rounds = [zico] + zico["more"]
+        both = [r["cpu"] + (r["pg_cpu"] or 0.0) for r in rounds]
+        print(f"  memory-aware: the first round left {zico['deferred']} jobs for later; {len(rounds)} rounds placed "
+              f"{sum(r['placed'] for r in rounds)}; CPU per round (scheduler + PostgreSQL backend) "
+              f"{min(both):.2f}-{max(both):.2f} s, {sum(both):.2f} s in all; wall {sum(r['wall'] for r in rounds):.2f} s "
+              f"in all")
     print(f"  seconds per step, fifo:         {steps(base['timings'])}")
     print(f"  seconds per step, memory-aware: {steps(zico['timings'])}")
     if zico["cpu_timings"]:
