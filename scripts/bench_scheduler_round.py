@@ -105,25 +105,27 @@ def one_round(policy, n_jobs: int, n_devices: int, status: str) -> dict:
     fill(n_jobs, n_devices, host, status)
     connection.queries_log.clear()  # the log keeps 9,000 queries: a full one would hide the round's
     scheduler = Scheduler(policy)
-    with CaptureQueriesContext(connection) as queries:
-        first, res = timed(scheduler)
+    first, res = timed(scheduler)
     more, queues = [], {q for _, _, q in res.sent}
     while getattr(res, "deferred", 0):  # absent in older code
         r, res = timed(scheduler)
         more.append(r)
         queues |= {q for _, _, q in res.sent}
-    return {**first, "queues": sorted(queues), "queries": len(queries.captured_queries), "more": more}
+    return {**first, "queues": sorted(queues), "more": more}
 
 
 def timed(scheduler) -> tuple[dict, object]:
-    """One ``run_round``: its figures (wall and CPU seconds, placed, left for later, per step) and result."""
+    """One ``run_round``: its figures (wall and CPU seconds, SQL queries, placed, left for later, per step) and
+    its result."""
     pg0 = backend_cpu_s()
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    res = scheduler.run_round()
-    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    with CaptureQueriesContext(connection) as queries:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        res = scheduler.run_round()
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     pg1 = backend_cpu_s()
     return {"wall": dt, "cpu": cpu, "pg_cpu": None if pg0 is None or pg1 is None else pg1 - pg0,
-            "placed": len(res.placed), "deferred": getattr(res, "deferred", 0),
+            "queries": len(queries.captured_queries), "placed": len(res.placed),
+            "deferred": getattr(res, "deferred", 0),
             # absent in older code (before the bulk round, 63d1874; before per-step CPU), for comparisons
             "timings": getattr(res, "timings", {}), "cpu_timings": getattr(res, "cpu_timings", {}),
             "load": os.getloadavg()[0]}, res
@@ -185,8 +187,8 @@ def main() -> None:
         both = [r["cpu"] + (r["pg_cpu"] or 0.0) for r in rounds]
         print(f"  memory-aware: the first round left {zico['deferred']} jobs for later; {len(rounds)} rounds placed "
               f"{sum(r['placed'] for r in rounds)}; CPU per round (scheduler + PostgreSQL backend) "
-              f"{min(both):.2f}-{max(both):.2f} s, {sum(both):.2f} s in all; wall {sum(r['wall'] for r in rounds):.2f} s "
-              f"in all")
+              f"{min(both):.2f}-{max(both):.2f} s, {sum(both):.2f} s in all; wall "
+              f"{sum(r['wall'] for r in rounds):.2f} s in all")
     print(f"  seconds per step, fifo:         {steps(base['timings'])}")
     print(f"  seconds per step, memory-aware: {steps(zico['timings'])}")
     if zico["cpu_timings"]:
