@@ -6,11 +6,14 @@ each), timed and printed with the memory-aware figures as ratios to the baseline
 round's SQL query count and its seconds per step (``RoundResult.timings``). Wall time stretches with
 the load of a shared machine, so each round also prints its CPU time: this process's (per step too,
 ``RoundResult.cpu_timings``) and, when the server is local and its /proc readable, that of the
-round's PostgreSQL backend; on an idle machine the round takes about their sum.
+round's PostgreSQL backend; on an idle machine the round takes about their sum. The memory-aware policy
+has the service's planning budget (``ZICO_ROUND_PLANNING_BUDGET_S``, or ``--planning-budget``): when its first
+round leaves jobs for later (Note [Planning budget] in placement.policies), the rounds that continue it are run
+and printed too, until the decision is complete.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/zico_place REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python scripts/bench_scheduler_round.py [--jobs 1000] [--devices 256] [--status queued] \\
-        [--max-group 2]
+        [--max-group 2] [--planning-budget 0.3|off]
 
 The database ``test_<name>`` is created and dropped; the tasks go to Redis on queues of a
 unique host, deleted at the end.
@@ -94,23 +97,38 @@ def backend_cpu_s() -> float | None:
 
 
 def one_round(policy, n_jobs: int, n_devices: int, status: str) -> dict:
+    """The first round on fresh data, timed; ``more``: the rounds that continue a decision it cut short."""
     from zico.scheduling.service import Scheduler
 
     host = f"bench{uuid.uuid4().hex[:6]}"
     clear()
     fill(n_jobs, n_devices, host, status)
     connection.queries_log.clear()  # the log keeps 9,000 queries: a full one would hide the round's
+    scheduler = Scheduler(policy)
+    first, res = timed(scheduler)
+    more, queues = [], {q for _, _, q in res.sent}
+    while getattr(res, "deferred", 0):  # absent in older code
+        r, res = timed(scheduler)
+        more.append(r)
+        queues |= {q for _, _, q in res.sent}
+    return {**first, "queues": sorted(queues), "more": more}
+
+
+def timed(scheduler) -> tuple[dict, object]:
+    """One ``run_round``: its figures (wall and CPU seconds, SQL queries, placed, left for later, per step) and
+    its result."""
     pg0 = backend_cpu_s()
     with CaptureQueriesContext(connection) as queries:
         t0, cpu0 = time.perf_counter(), time.process_time()
-        res = Scheduler(policy).run_round()
+        res = scheduler.run_round()
         dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     pg1 = backend_cpu_s()
     return {"wall": dt, "cpu": cpu, "pg_cpu": None if pg0 is None or pg1 is None else pg1 - pg0,
-            "placed": len(res.placed), "queues": sorted({q for _, _, q in res.sent}),
+            "queries": len(queries.captured_queries), "placed": len(res.placed),
+            "deferred": getattr(res, "deferred", 0),
             # absent in older code (before the bulk round, 63d1874; before per-step CPU), for comparisons
             "timings": getattr(res, "timings", {}), "cpu_timings": getattr(res, "cpu_timings", {}),
-            "queries": len(queries.captured_queries), "load": os.getloadavg()[0]}
+            "load": os.getloadavg()[0]}, res
 
 
 def steps(timings: dict[str, float]) -> str:
@@ -129,7 +147,11 @@ def main() -> None:
     ap.add_argument("--status", choices=["queued", "ready"], default="queued",
                     help="the jobs' status before the round (queued: the round also moves them to ready)")
     ap.add_argument("--max-group", type=int, default=2, help="most jobs per device for the memory-aware policy")
+    ap.add_argument("--planning-budget", default=None,
+                    help="CPU seconds of new plans per round, or off (default: ZICO_ROUND_PLANNING_BUDGET_S)")
     args = ap.parse_args()
+    budget = getattr(settings, "ZICO_ROUND_PLANNING_BUDGET_S", None) if args.planning_budget is None else \
+        None if args.planning_budget == "off" else float(args.planning_budget)
     import redis
 
     from placement.policies import FirstFitFifo, MemoryAware
@@ -141,7 +163,8 @@ def main() -> None:
     try:
         base = one_round(FirstFitFifo(), args.jobs, args.devices, args.status)
         queues = base["queues"]
-        zico = one_round(MemoryAware(max_group=args.max_group), args.jobs, args.devices, args.status)
+        kw = {} if budget is None else {"planning_budget_s": budget}  # older code has no budget
+        zico = one_round(MemoryAware(max_group=args.max_group, **kw), args.jobs, args.devices, args.status)
         queues += zico["queues"]
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -149,12 +172,23 @@ def main() -> None:
         for q in queues:
             r.delete(q)
     print(f"one scheduling round, {args.jobs} {args.status} jobs, {args.devices} empty devices "
-          f"(PostgreSQL + Redis, cold plan cache, memory-aware groups of up to {args.max_group})")
+          f"(PostgreSQL + Redis, cold plan cache, memory-aware groups of up to {args.max_group}, planning budget "
+          f"{'off' if budget is None else f'{budget:g} s'})")
     print(f"  fifo first-fit (baseline)  {base['wall']:7.2f} s  placed {base['placed']}, {base['queries']} SQL queries; "
           f"{cpu(base)}; load {base['load']:.1f}")
     print(f"  memory-aware               {zico['wall']:7.2f} s  placed {zico['placed']}, {zico['queries']} SQL queries  "
           f"({zico['wall'] / base['wall']:.2f}x baseline, {zico['wall'] / max(zico['placed'], 1) * 1000:.2f} ms per "
           f"placed job); {cpu(zico)}; load {zico['load']:.1f}")
+    for k, r in enumerate(zico["more"], 2):
+        print(f"  memory-aware, round {k}       {r['wall']:7.2f} s  placed {r['placed']} more; {cpu(r)}; "
+              f"load {r['load']:.1f}; left for later {r['deferred']}")
+    if zico["more"]:
+        rounds = [zico] + zico["more"]
+        both = [r["cpu"] + (r["pg_cpu"] or 0.0) for r in rounds]
+        print(f"  memory-aware: the first round left {zico['deferred']} jobs for later; {len(rounds)} rounds placed "
+              f"{sum(r['placed'] for r in rounds)}; CPU per round (scheduler + PostgreSQL backend) "
+              f"{min(both):.2f}-{max(both):.2f} s, {sum(both):.2f} s in all; wall "
+              f"{sum(r['wall'] for r in rounds):.2f} s in all")
     print(f"  seconds per step, fifo:         {steps(base['timings'])}")
     print(f"  seconds per step, memory-aware: {steps(zico['timings'])}")
     if zico["cpu_timings"]:

@@ -8,13 +8,17 @@ for every queued job left out, why it waits: placement.reasons); ``place(state)`
   saving at bounded predicted slowdown, weighted fair share of device-memory-seconds.
 
 Both respect tenant quotas and never put two tenants' jobs together unless both allow it.
-Policies are pure: the same state gives the same decision; they do not mutate the state.
+Policies are pure: the same state gives the same decision; they do not mutate the state. (A
+:class:`MemoryAware` given a planning budget cuts a decision short and continues it at its next call:
+Note [Planning budget].)
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import time
 from dataclasses import dataclass
-from typing import Hashable, Protocol, Sequence
+from typing import Hashable, Iterator, Protocol, Sequence
 
 from . import reasons
 from .gating import BUDGET_RTOL, minimal_feasible_budget
@@ -31,6 +35,8 @@ class Decision:
 
     placements: list[Placement]
     waiting: dict[JobId, WaitReason]
+    # queued jobs not yet considered: a decision cut short by its planning budget (Note [Planning budget])
+    deferred: int = 0
 
 
 class Policy(Protocol):
@@ -46,11 +52,13 @@ class Policy(Protocol):
 
 class PlanCache:
     """Memoises :func:`plan_group` by the group's (curve key, compute share) list and budget,
-    so equal workloads are evaluated once (the scale benchmark relies on it)."""
+    so equal workloads are evaluated once (the scale benchmark relies on it). ``misses`` counts the
+    plans made, ``cpu_s`` the CPU seconds (this process's) spent making them."""
 
     def __init__(self) -> None:
         self._plans: dict[tuple, SharingPlan | None] = {}
         self.misses = 0
+        self.cpu_s = 0.0
 
     def plan(self, jobs: Sequence[Job], budget_bytes: float) -> SharingPlan | None:
         """:func:`plan_group` of ``jobs`` (their ids in the plan)."""
@@ -63,7 +71,9 @@ class PlanCache:
         key = (tuple((j.curve_key, j.compute_share) for j in jobs), float(budget_bytes))
         if key not in self._plans:
             self.misses += 1
+            t0 = time.process_time()
             self._plans[key] = plan_group(jobs, budget_bytes)
+            self.cpu_s += time.process_time() - t0
         return self._plans[key]
 
 
@@ -125,6 +135,27 @@ class FirstFitFifo:
         return Decision(out, waiting)
 
 
+# Note [Planning budget]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# A cold decision can be expensive: with groups of three, most of it is gating predictions (a coordinator
+# run on a virtual clock per group with unequal iteration times), about 1.4 s of CPU on the service
+# round's scale benchmark (docs/placement.md). With ``planning_budget_s`` a decision counts the CPU its
+# plan cache spends making new plans; once that reaches the budget (with 0: once any new plan was made),
+# before the next job is considered,
+# ``decide`` returns the placements made so far (``Decision.deferred``: how many jobs it has not
+# considered) and keeps the decision in progress. The next ``decide`` continues it where it stopped when its
+# state is the first one with those placements made (``_Pending.continued_by``: same devices, budgets and
+# shares, each device running what it ran plus what was placed on it, the same queued jobs less those
+# placed, the same tenants); then the placements of the sequence of calls are exactly those of one
+# unbounded decision of the first state, plans and waiting reasons included: the calls run the same loop
+# on the same working state, only split. Tenants' usage is left out of the comparison (a service
+# snapshot's usage grows while jobs run): a continued decision keeps the fair-share order it began with.
+# Any other change (a job arrived, finished or was refused under the service's locks, a budget changed)
+# starts a fresh decision of the new state, cheaper than the first since the plans made so far are
+# cached. Every call considers at least one job, so a decision always ends. Jobs not considered yet get
+# no waiting reason from the call (they keep the one they had).
+
+
 class MemoryAware:
     """Zico's co-location policy.
 
@@ -146,27 +177,44 @@ class MemoryAware:
             worker registers); a job alone may use the whole budget. The scheduling service passes
             the share the workers' coordinators gate with by default (``1 - DEFAULT_GATE_HEADROOM``),
             so a group it plans is one the worker can run side by side rather than one job at a time.
+        planning_budget_s: CPU seconds one :meth:`decide` may spend making new plans (cache misses) before
+            it returns what it has decided so far and continues at the next call (Note [Planning budget]);
+            None (the default): no limit, every decision complete.
     """
 
     name = "memory-aware"
 
     def __init__(self, max_group: int = 2, max_slowdown: float = 1.6, cache: PlanCache | None = None,
-                 group_share: float = 1.0) -> None:
+                 group_share: float = 1.0, planning_budget_s: float | None = None) -> None:
         if max_group < 1:
             raise ValueError(f"max_group must be >= 1, got {max_group}")
         if max_slowdown < 1:
             raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown}")
         if not 0 < group_share <= 1:
             raise ValueError(f"group_share must lie in (0, 1], got {group_share}")
+        if planning_budget_s is not None and not planning_budget_s >= 0:
+            raise ValueError(f"planning_budget_s must be >= 0 or None, got {planning_budget_s}")
         self.max_group = max_group
         self.max_slowdown = max_slowdown
         self.cache = cache or PlanCache()
         self.group_share = float(group_share)
+        self.planning_budget_s = planning_budget_s
+        self._pending: _Pending | None = None  # a decision cut short, to continue (Note [Planning budget])
 
     def place(self, state: ClusterState) -> list[Placement]:
         return self.decide(state, explain=False).placements
 
     def decide(self, state: ClusterState, explain: bool = True) -> Decision:
+        """The placements for ``state`` and why the other queued jobs wait. With a planning budget the
+        decision may be cut short (``Decision.deferred`` > 0: that many jobs not yet considered); the next
+        call continues it when its state is this one with the placements made so far (Note [Planning
+        budget]), and otherwise decides afresh."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.explain != explain or not pending.continued_by(state):
+            pending = self._start(state, explain)
+        return self._run(pending)
+
+    def _start(self, state: ClusterState, explain: bool) -> "_Pending":
         groups: dict[Hashable, list[Job]] = {d.id: list(d.running) for d in state.devices}
         budgets = {d.id: d.budget_bytes for d in state.devices}
         shares = {d.id: self.group_share if d.group_share is None else d.group_share for d in state.devices}
@@ -181,16 +229,29 @@ class MemoryAware:
                      {sig: ids for sig, ids in buckets.items() if len(sig[2]) < self.max_group},
                      {d: self._group_key(g) for d, g in groups.items()},
                      sum(len(ids) for sig, ids in buckets.items() if not sig[2]))
-        quotas = Quotas(state)
-        left = len(state.queued)
-        out: list[Placement] = []
-        waiting: dict[JobId, WaitReason] = {}
+        return _Pending(state, explain, rnd, buckets, Quotas(state), fair_order(state), len(state.queued))
+
+    def _run(self, p: "_Pending") -> Decision:
+        """Consider ``p``'s jobs in fair-share order until none is left or the planning budget is spent."""
+        state, explain, rnd, buckets, quotas, out, waiting = p.state, p.explain, p.rnd, p.buckets, p.quotas, p.out, \
+            p.waiting
+        groups, budgets, shares = rnd.groups, rnd.budgets, rnd.shares
         by_id = {d.id: d for d in state.devices}
         # Note [Waiting reasons] in placement.reasons: a reason depends on the job only through its curve,
         # compute share and tenant, and on the devices' groups, which change only when a job is placed
-        explained: dict[tuple, WaitReason] = {}
-        for job in fair_order(state):
-            left -= 1
+        explained = p.explained
+        first, spent0, misses0 = len(out), self.cache.cpu_s, self.cache.misses
+        considered = False
+        for job in p.order:
+            if considered and self.planning_budget_s is not None and self.cache.misses > misses0 and \
+                    self.cache.cpu_s - spent0 >= self.planning_budget_s:
+                # the budget is spent: this job is considered first when the decision continues (fair_order
+                # has already counted its charge, as it would have had the decision gone on)
+                p.order = itertools.chain((job,), p.order)
+                self._pending = p
+                return Decision(out[first:], dict(waiting), deferred=p.left)
+            p.left -= 1
+            left, considered = p.left, True
             why = quotas.refusal(job)
             if why is not None:
                 if explain:
@@ -222,7 +283,7 @@ class MemoryAware:
             buckets[sig].append(dev_id)
             out.append(Placement(job.id, dev_id, plan))
             quotas.add(job)
-        return Decision(out, waiting)
+        return Decision(out[first:], waiting)
 
     @staticmethod
     def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
@@ -350,6 +411,55 @@ class _Round:
     keys: dict
     empty: int
     bounds: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    """A decision of :meth:`MemoryAware.decide` in progress: the state it decides for, its working state
+    (``rnd``, ``buckets``, ``quotas``), the jobs still to consider in fair-share order (``order``, ``left`` of
+    them), and what it decided so far (``out``, ``waiting``, ``explained``: Note [Waiting reasons])."""
+
+    state: ClusterState
+    explain: bool
+    rnd: _Round
+    buckets: dict
+    quotas: Quotas
+    order: Iterator[Job]
+    left: int
+    out: list = dataclasses.field(default_factory=list)
+    waiting: dict = dataclasses.field(default_factory=dict)
+    explained: dict = dataclasses.field(default_factory=dict)
+
+    def continued_by(self, state: ClusterState) -> bool:
+        """Whether ``state`` is this decision's state with its placements made: the same devices (budgets,
+        group shares), each running what it ran plus the jobs placed on it, the same queued jobs less those
+        placed, the same tenants (their usage aside: Note [Planning budget]). Jobs are compared by id,
+        tenant, curve key, compute share, priority, submission time and iterations."""
+        placed = {p.job_id: p.device_id for p in self.out}
+        before = {d.id: d for d in self.state.devices}
+        if {d.id for d in state.devices} != before.keys() or len(state.queued) != len(self.state.queued) - len(placed):
+            return False
+        on: dict[Hashable, list[Job]] = {d: list(dev.running) for d, dev in before.items()}
+        queued = []
+        for job in self.state.queued:
+            if job.id in placed:
+                on[placed[job.id]].append(job)
+            else:
+                queued.append(job)
+        for d in state.devices:
+            old = before[d.id]
+            if (d.budget_bytes, d.group_share) != (old.budget_bytes, old.group_share) or \
+                    sorted(map(_job_print, d.running)) != sorted(map(_job_print, on[d.id])):
+                return False
+        if sorted(map(_job_print, state.queued)) != sorted(map(_job_print, queued)):
+            return False
+        return {t: dataclasses.replace(v, usage_byte_seconds=0.0) for t, v in state.tenants.items()} == \
+            {t: dataclasses.replace(v, usage_byte_seconds=0.0) for t, v in self.state.tenants.items()}
+
+
+def _job_print(job: Job) -> tuple:
+    return (str(job.id), str(job.tenant), str(job.curve_key), job.compute_share, job.priority, job.submitted_s,
+            job.iterations)
 
 
 def saving_bound(curves: Sequence, budget_bytes: float) -> float:

@@ -284,6 +284,28 @@ ZICO_MAX_SLOWDOWN = _slowdown_limit("ZICO_MAX_SLOWDOWN", 1.6)
 # Most jobs the memory-aware policy places on one device (placement.policies.MemoryAware max_group); an integer
 # >= 1. Groups of three or more cost more planning per round (docs/placement.md, the shift search's cost).
 ZICO_MAX_GROUP = _positive("ZICO_MAX_GROUP", 2)
+
+
+def _budget_s(var: str, default: float) -> float | None:
+    """The env var ``var`` as seconds >= 0, or None for ``off``; else ImproperlyConfigured naming it."""
+    raw = env.str(var, default=str(default)).strip()
+    if raw.lower() == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < float("inf"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{var}={raw!r}: expected seconds >= 0 (e.g. 0.3) or off")
+    return value
+
+
+# CPU seconds a scheduling round's memory-aware policy may spend making new group plans (plans not in its plan
+# cache) before the round places what it has decided; the next round continues the decision (Note [Planning
+# budget] in placement.policies). ``off``: no limit. Keeps a cold round with groups of three under about 1 s.
+ZICO_ROUND_PLANNING_BUDGET_S = _budget_s("ZICO_ROUND_PLANNING_BUDGET_S", 0.3)
 # Whether ``runscheduler`` estimates, in a child process beside its rounds, the memory curve of a catalog job it
 # sends to profiling when no estimate is stored (zico.scheduling.estimates); and the seconds one may take.
 ZICO_SCHEDULER_ESTIMATES = _bool("ZICO_SCHEDULER_ESTIMATES", default=True)

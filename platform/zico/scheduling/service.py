@@ -83,6 +83,7 @@ class RoundResult:
     outbox: list[tuple[str, int, str, list]] = field(default_factory=list, repr=False)  # to send on commit
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step (advance, decide, waiting, ...)
     cpu_timings: dict[str, float] = field(default_factory=dict)  # this process's CPU seconds per step
+    deferred: int = 0  # ready jobs the policy has not considered yet: its planning budget ran out (next round)
 
 
 def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int, str]]:
@@ -125,14 +126,16 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
 def make_policy(name: str = "memory-aware") -> Policy:
     """The service's policy by name, with its settings: ``memory-aware`` (slowdown limit
     ``settings.ZICO_MAX_SLOWDOWN``, at most ``settings.ZICO_MAX_GROUP`` jobs per device; groups planned with each device's registered gate share, and
-    ``1 - DEFAULT_GATE_HEADROOM`` for a device without one) or ``fifo``.
+    ``1 - DEFAULT_GATE_HEADROOM`` for a device without one; at most ``settings.ZICO_ROUND_PLANNING_BUDGET_S`` CPU
+    seconds of new plans per round, Note [Planning budget] in placement.policies) or ``fifo``.
 
     Raises:
         ValueError: an unknown name (the message lists :data:`POLICIES`).
     """
     if name == "memory-aware":
         return MemoryAware(max_group=settings.ZICO_MAX_GROUP, max_slowdown=settings.ZICO_MAX_SLOWDOWN,
-                           group_share=1 - DEFAULT_GATE_HEADROOM)
+                           group_share=1 - DEFAULT_GATE_HEADROOM,
+                           planning_budget_s=settings.ZICO_ROUND_PLANNING_BUDGET_S)
     if name == "fifo":
         return FirstFitFifo()
     raise ValueError(f"policy: {name!r} is not one of {', '.join(POLICIES)}")
@@ -185,6 +188,7 @@ class Scheduler:
                         res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
             decision = self.policy.decide(snap.state)
+            res.deferred = decision.deferred
             for p in decision.placements:
                 by_device[p.device_id].append(p)
             peaks = {j.id: j.peak_bytes for j in snap.state.queued}

@@ -2,8 +2,9 @@
 
     manage.py runscheduler [--policy memory-aware|fifo] [--interval 2] [--rounds N]
 
-Runs a scheduling round (zico.scheduling.service) every ``--interval`` seconds until SIGTERM or
-SIGINT, which end it cleanly after the round in progress. Several instances may run at once:
+Runs a scheduling round (zico.scheduling.service) every ``--interval`` seconds (the next one at once
+after a round whose policy ran out of its planning budget: Note [Planning budget] in placement.policies)
+until SIGTERM or SIGINT, which end it cleanly after the round in progress. Several instances may run at once:
 the round lock makes them take turns and Placement.open's conditional claim keeps any job from
 being placed twice.
 
@@ -77,7 +78,7 @@ class Command(BaseCommand):
                             "profiling jobs")
                 scheduler.recovered = False
             broker_run = run or broker_run
-            t0 = time.monotonic()
+            t0, res = time.monotonic(), None
             try:
                 res = scheduler.run_round()
             except (OperationalError, InterfaceError) as exc:  # database down or restarting: wait it out
@@ -100,7 +101,8 @@ class Command(BaseCommand):
                                       f"ready {len(res.ready)}, failed {len(res.failed)} "
                                       f"in {time.monotonic() - t0:.3f} s ({steps})")
             done += 1
-            stop.wait(interval)
+            # a decision cut short by its planning budget goes on at once (Note [Planning budget])
+            stop.wait(0 if res is not None and res.deferred else interval)
         if estimates is not None:
             estimates.close()
         self.stdout.write("scheduler stopped")
