@@ -10,6 +10,8 @@ mkdir -p "$RUN_DIR"
 export DEBUG="${DEBUG:-1}"
 export ZICO_PORT="${ZICO_PORT:-8000}"
 export ZICO_BASE_URL="http://127.0.0.1:$ZICO_PORT"
+# where device workers fetch a job's code and send its output files: this web server, on whichever port
+export ZICO_WORKER_API_URL="${ZICO_WORKER_API_URL:-$ZICO_BASE_URL}"
 
 # stop_all: SIGTERM to every process with a pid file in $RUN_DIR, then wait until each has exited, at most
 # ZICO_STOP_WAIT_S seconds (default 20) for all of them together; one still running then gets SIGKILL. It returns

@@ -127,7 +127,10 @@ FAULTY = {11: ("raises.py", ["ValueError: batch 2 has the wrong shape (raises.py
           13: ("leaks_tensors.py", ["OutOfMemoryError", "(leaks_tensors.py, line", "agent refused",
                                     "\nexited with code 1\n"]),
           14: ("leaks_python.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, another library), "
-                                   "over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"])}
+                                   "over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"]),
+          # the memory is its children's (6 x 32 MiB): the job's processes count together
+          15: ("forks_and_leaks.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, another "
+                                      "library), over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"])}
 
 
 def test_failing_scripts_end_failed_with_a_reason_and_the_neighbour_succeeds(tmp_path):

@@ -53,7 +53,7 @@ from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
 from . import sandbox
-from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s, rss_anon_bytes
+from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
 from .settings import AgentSettings
 
@@ -296,15 +296,19 @@ class DeviceAgent:
         """Note [Memory outside the allocator]
             A job's chunks from the agent pool are shared memory (memfd), not anonymous memory; what a job
             allocates around the allocator (plain malloc, ctypes, a bytearray, torch with the shim turned off)
-            is. So its ``RssAnon`` beyond its baseline (sampled at ``hello``: interpreter, torch, client),
+            is. So its anonymous memory beyond its baseline (sampled at ``hello``: interpreter, torch, client),
             its allowed share (with per-process pools, whose memory is anonymous: the device budget; with the
-            agent pool: 0) and the margin was allocated outside the allocator, and the job is stopped."""
-        rss = rss_anon_bytes(proc.job_pid) if proc.job_pid is not None else None
+            agent pool: 0) and the margin was allocated outside the allocator, and the job is stopped. Every
+            process the job started counts (:meth:`JobProcess.anon_bytes`: ``Pss_Anon`` summed, so pages a fork
+            shares are counted once): a script that forked until its process limit held ~6 MiB per child, and
+            4,096 of them ran a 24 GiB host out of memory (the kernel then killed the device worker) while the job's
+            own ``RssAnon`` stayed at its baseline."""
+        rss = proc.anon_bytes()
         if rss is None or run.baseline_rss_anon is None:
             return
         run.peak_rss_anon = max(run.peak_rss_anon, rss)
         self._stop_over(run, proc, rss, run.baseline_rss_anon, "memory", "plain malloc, another library",
-                        "RssAnon", "at hello")
+                        "anonymous bytes (its processes)", "at hello")
 
     def _check_device_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator] on a GPU: NVML's per-process used memory
@@ -369,7 +373,7 @@ class DeviceAgent:
             if run.job_pid is None:
                 self._kill(run, proc, f"protocol error: hello from pid {msg['pid']}, no such process in the job")
                 return
-            run.baseline_rss_anon = rss_anon_bytes(run.job_pid)  # Note [Memory outside the allocator]
+            run.baseline_rss_anon = proc.anon_bytes()  # Note [Memory outside the allocator]
         if kind == "ready":
             run.ready = True
             if self.device.startswith("cuda"):  # Note [Memory outside the allocator] on a GPU

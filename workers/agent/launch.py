@@ -48,6 +48,27 @@ def rss_anon_bytes(pid: int) -> int | None:
     return None
 
 
+def pss_anon_bytes(pid: int) -> int | None:
+    """``Pss_Anon`` of ``pid`` from ``/proc/<pid>/smaps_rollup`` in bytes: its anonymous memory with each page
+    shared copy-on-write after a fork divided among the processes sharing it, so the figures of a process
+    tree add up to what the tree holds (None when gone or unreadable)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` (``/proc/<pid>/stat``), None when gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def process_cpu_s(pid: int | None) -> float | None:
     """CPU seconds ``pid`` has used so far, every thread included, ended ones too (its process CPU-time clock,
     ``clock_getcpuclockid(3)``: clock id ``(~pid << 3) | 2``, nanosecond resolution where ``/proc/<pid>/stat``
@@ -164,6 +185,7 @@ class JobProcess:
                 os.close(fd)
         self.pid = self.proc.pid
         self.job_pid: int | None = None if self.sandboxed else self.pid  # the job's own process (host pid)
+        self._wrappers: set[int] = set()  # the sandbox's processes between the launched one and the job
         self.started = time.monotonic()
         self._on_message, self._on_protocol_error = on_message, on_protocol_error
         self._on_output = on_output
@@ -182,8 +204,29 @@ class JobProcess:
         for pid in descendants(self.pid):
             if namespace_pid(pid) == pid_in_job:
                 self.job_pid = pid
+                up = parent_pid(pid)
+                while up is not None and up != self.pid and up not in self._wrappers:
+                    self._wrappers.add(up)
+                    up = parent_pid(up)
                 return pid
         return None
+
+    def anon_bytes(self) -> int | None:
+        """Anonymous memory the job holds, in bytes, every process it started included (Note [Memory outside
+        the allocator] in workers.agent.agent): the job's ``RssAnon`` while it runs alone (cheap), else the sum
+        of ``Pss_Anon`` over the job and every other process in its sandbox (children, and orphans the sandbox's
+        init adopted; the sandbox's own bwrap processes left out). None before the job is located or once it is
+        gone."""
+        if self.job_pid is None:
+            return None
+        tree = descendants(self.pid) if self.sandboxed else descendants(self.job_pid)
+        others = [p for p in tree if p != self.job_pid and p not in self._wrappers]
+        if not others:
+            return rss_anon_bytes(self.job_pid)
+        own = pss_anon_bytes(self.job_pid)
+        if own is None:
+            return None
+        return own + sum(b for p in others if (b := pss_anon_bytes(p)) is not None)
 
     def start(self) -> "JobProcess":
         """Start reading the job's messages and output (after the caller holds this object)."""

@@ -77,7 +77,10 @@ class AgentSettings:
         cpu_s: CPU seconds a job may use, all its threads together (``ZICO_JOB_CPU_S``, default 2592000, 30 days
             of one core; ``RLIMIT_CPU``: SIGXCPU, then SIGKILL one second later).
         nofile: open files (``ZICO_JOB_NOFILE``, default 4096; ``RLIMIT_NOFILE``).
-        nproc: processes and threads of the job's uid (``ZICO_JOB_NPROC``, default 4096; ``RLIMIT_NPROC``).
+        nproc: processes and threads of the job's uid (``ZICO_JOB_NPROC``, default 1024; ``RLIMIT_NPROC``): room for
+            torch's thread pools on a many-core host and a DataLoader's workers; a script forking until the
+            limit held ~6 MiB per process, so 4,096 ran a 24 GiB host out of memory before anything else
+            stopped it (the memory watch now counts the job's processes too).
         fsize_bytes: the largest file the job may write (``ZICO_JOB_FSIZE_BYTES``, default 64 GiB;
             ``RLIMIT_FSIZE``: SIGXFSZ).
     """
@@ -97,7 +100,7 @@ class AgentSettings:
     uid_count: int = 1_000_000
     cpu_s: int = 30 * 86400
     nofile: int = 4096
-    nproc: int = 4096
+    nproc: int = 1024
     fsize_bytes: int = 64 << 30
 
     def __post_init__(self):
