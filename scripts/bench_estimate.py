@@ -13,8 +13,9 @@ the start, after each workload and at the end, and three floors measured in the 
 load does to any Python start-up: the interpreter importing torch alone, Django starting for
 ``manage.py curve list``, and the imports a GPT-2 estimate needs before its first operator (a floor
 no cold GPT-2 estimate goes below); every later line also gives its CPU time as a multiple of the
-first floor's (``import torch``), a figure the load moves less than seconds. Run it with the project's environment (PYTHONPATH, ZICO_VAR_DIR); each
-checkout gets its own cache folder under ZICO_VAR_DIR. Nothing is timed inside the test suite.
+first floor's (``import torch``), a figure the load moves less than seconds. Run it with the
+project's environment (PYTHONPATH, ZICO_VAR_DIR); each checkout gets its own cache folder under
+ZICO_VAR_DIR. Nothing is timed inside the test suite.
 """
 from __future__ import annotations
 

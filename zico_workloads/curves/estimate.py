@@ -317,9 +317,9 @@ def _collector_paused():
     """Note [No garbage collection in the estimate]
     The fake run allocates millions of small Python objects (fake tensors, their metadata, the
     fake-tensor operator cache's keys, autograd nodes), and each of CPython's collections walks them
-    and the whole module graph of torch, ``torch._dynamo`` and transformers: 1.0-1.5 s of a cold
-    GPT-2 small 8 x 1024 estimate's CPU (about 7 %, ``gc.callbacks``), 0.9 s of it full
-    collections. Nothing in the estimate waits for a collection: a storage's free is recorded when
+    and the whole module graph of torch, ``torch._dynamo`` and transformers: 1.5 s of the 20.8 s of
+    CPU a cold GPT-2 small 8 x 1024 estimate took on 2 loaded cores (7 %, ``gc.callbacks``), 0.9 s
+    of it full collections. Nothing in the estimate waits for a collection: a storage's free is recorded when
     reference counting drops its last tensor (``MemoryRecorder._track``), so the collector is
     paused over the run and resumed (if it was on) afterwards; cycles made meanwhile are collected
     then. Pausing it changes no figure: tests/curves/test_estimate_reference.py holds the catalog's
