@@ -21,8 +21,6 @@ counted for a cold GPT-2 estimate's imports on loaded cores, for a function only
 calls. While a module of ``transformers.loss`` runs, ``scipy.optimize`` (if not imported yet) is a stand-in whose
 ``linear_sum_assignment`` imports SciPy's on its first call and calls it with the same arguments;
 any other name read from it imports the real module. The stand-in is gone when the module has run.
-It is no package: a loss module importing a submodule of ``scipy.optimize`` would fail to import
-with it; none does (tests/workloads/test_hf_imports.py imports them all, through ``loss_utils``).
 """
 from __future__ import annotations
 
