@@ -17,11 +17,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from zico_workloads import data, hf_imports
+from zico_workloads import data
 from zico_workloads.catalog import ParamsError
 from zico_workloads.corpus import DEFAULT_CORPUS, ensure_corpus
-
-hf_imports.install()  # before any builder imports transformers (Note [One scan of transformers' model folders])
 
 
 @dataclass
