@@ -37,8 +37,8 @@ WORKLOADS = {
 
 # What a cold GPT-2 estimate imports before its first operator (torch; torch._dynamo, which FakeTensorMode
 # and transformers' masking code import; transformers' GPT-2), in a bare interpreter, as the command imports
-# it (no garbage collection, zico_workloads.hf_imports' savings): no estimate can be faster.
-IMPORTS_OF_GPT2 = ("import gc, os; gc.disable(); from zico_workloads import hf_imports; hf_imports.install(); "
+# it (no garbage collection): no estimate can be faster.
+IMPORTS_OF_GPT2 = ("import gc, os; gc.disable(); "
                    "from torch._subclasses.fake_tensor import FakeTensorMode; FakeTensorMode(); "
                    "import transformers.models.gpt2.modeling_gpt2; import zico_workloads.curves.estimate; os._exit(0)")
 
