@@ -12,8 +12,10 @@ system of the child) and the wall time against the target. The 1-minute load ave
 the start, after each workload and at the end, and three floors measured in the same run show what the
 load does to any Python start-up: the interpreter importing torch alone, Django starting for
 ``manage.py curve list``, and the imports a GPT-2 estimate needs before its first operator (a floor
-no cold GPT-2 estimate goes below). Run it with the project's environment (PYTHONPATH, ZICO_VAR_DIR); each
-checkout gets its own cache folder under ZICO_VAR_DIR. Nothing is timed inside the test suite.
+no cold GPT-2 estimate goes below); every later line also gives its CPU time as a multiple of the
+first floor's (``import torch``), a figure the load moves less than seconds. Run it with the
+project's environment (PYTHONPATH, ZICO_VAR_DIR); each checkout gets its own cache folder under
+ZICO_VAR_DIR. Nothing is timed inside the test suite.
 """
 from __future__ import annotations
 
@@ -34,8 +36,10 @@ WORKLOADS = {
 }
 
 # What a cold GPT-2 estimate imports before its first operator (torch; torch._dynamo, which FakeTensorMode
-# and transformers' masking code import; transformers' GPT-2), in a bare interpreter: no estimate can be faster.
-IMPORTS_OF_GPT2 = ("import os; from torch._subclasses.fake_tensor import FakeTensorMode; FakeTensorMode(); "
+# and transformers' masking code import; transformers' GPT-2), in a bare interpreter, as the command imports
+# it (no garbage collection): no estimate can be faster.
+IMPORTS_OF_GPT2 = ("import gc, os; gc.disable(); "
+                   "from torch._subclasses.fake_tensor import FakeTensorMode; FakeTensorMode(); "
                    "import transformers.models.gpt2.modeling_gpt2; import zico_workloads.curves.estimate; os._exit(0)")
 
 
@@ -67,9 +71,14 @@ def _load() -> str:
     return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
+FLOOR: dict[str, float] = {}  # `python -c 'import torch'`, this run: {"wall": s, "cpu": s}
+
+
 def report(label: str, wall: float, cpu: float, base: tuple[float, float] | None = None) -> None:
     ratio = f"  {wall / base[0]:5.2f}x the baseline's wall ({cpu / base[1]:4.2f}x its CPU)" if base else ""
-    print(f"  {label:24s} {wall:6.2f} s wall ({wall / TARGET_S:4.2f}x target)  {cpu:6.2f} s CPU{ratio}", flush=True)
+    floor = f"  {cpu / FLOOR['cpu']:4.1f}x import torch's CPU" if FLOOR else ""
+    print(f"  {label:24s} {wall:6.2f} s wall ({wall / TARGET_S:4.2f}x target)  {cpu:6.2f} s CPU{floor}{ratio}",
+          flush=True)
 
 
 def main() -> None:
@@ -80,7 +89,9 @@ def main() -> None:
     args = ap.parse_args()
     print(f"target {TARGET_S:.1f} s per estimate; {_load()}")
     print("floors")
-    report("python -c 'import torch'", *timed([sys.executable, "-c", "import torch"]))
+    wall, cpu = timed([sys.executable, "-c", "import torch"])
+    report("python -c 'import torch'", wall, cpu)
+    FLOOR.update(wall=wall, cpu=cpu)
     report("manage.py curve list", *timed([sys.executable, str(ROOT / "manage.py"), "curve", "list"]))
     report("imports of a GPT-2 estimate", *timed([sys.executable, "-c", IMPORTS_OF_GPT2]))
     checkouts = ([("baseline", args.baseline.resolve())] if args.baseline else []) + [("this", ROOT)]

@@ -26,6 +26,7 @@ def test_an_estimate_writes_its_whole_json_and_exits_zero_without_loading_the_ap
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "zico_workloads.curves.estimate" in imported  # the importtime lines are there to read
     assert not {"zico.jobs.models", "zico.cluster.models", "django.contrib.admin", "psycopg"} & imported
+    assert not {"celery", "kombu"} & imported  # the project's Celery app loads with the apps (zico/__init__.py)
     again = manage("estimate", "digits-cnn", "-p", "batch_size=8", "--device", "cuda:0", tmp_path=tmp_path)
     assert again.returncode == 0 and "cache       hit" in again.stdout
     [entry] = (tmp_path / "cache").glob("*.json")
@@ -41,3 +42,16 @@ def test_a_command_error_is_printed_and_exits_one(tmp_path):
     assert done.stderr.startswith("CommandError: unknown workload 'no-such-workload'")
     usage = manage("estimate", tmp_path=tmp_path)  # argparse: the workload is missing
     assert usage.returncode == 2 and "the following arguments are required: workload" in usage.stderr
+
+
+def test_django_setup_loads_the_projects_celery_app_that_shared_tasks_bind_to():
+    """What ``manage.py curve`` skips with ``django.setup()``: every other Django process (web, scheduler,
+    consumer) gets the project's Celery app, so a ``shared_task`` sends through it."""
+    code = ("import django, sys; assert 'celery' not in sys.modules; import zico; assert 'celery' not in sys.modules; "
+            "django.setup(); from celery import current_app; from zico.health import health; "
+            "print(current_app.main, health.app is zico.celery_app, zico.celery_app.main)")
+    env = {**os.environ, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "zico.settings",
+           "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("platform", "."))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["zico", "True", "zico"]

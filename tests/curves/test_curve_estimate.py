@@ -1,10 +1,14 @@
 """Fake-tensor estimate tests: no real memory, exact persistent bytes, agreement with a real allocator
-trace on the small workloads, CUDA targets, corrections."""
+trace on the small workloads, CUDA targets, corrections, the collector paused over the run."""
+import contextlib
+import gc
 import resource
 
+import numpy as np
 import pytest
 import torch
 
+from zico_workloads.curves import estimate as estimate_module
 from zico_workloads.curves.estimate import Correction, estimate_curve, round_up
 from zico_workloads import data
 from zico_workloads.models import DigitsCNN
@@ -90,3 +94,37 @@ def test_a_cuda_target_holds_one_cublas_workspace_per_thread_that_runs_matmuls(t
     assert cpu.meta["blas_workspace_bytes"] == 0
     assert cuda.meta["blas_workspace_bytes"] == 2 * HOPPER_BLAS_WORKSPACE_BYTES
     assert cuda.persistent_bytes - cpu.persistent_bytes == 2 * HOPPER_BLAS_WORKSPACE_BYTES
+
+
+@pytest.fixture
+def collector_thresholds():
+    saved = gc.get_threshold()
+    yield
+    gc.set_threshold(*saved)
+
+
+def test_the_estimate_resumes_the_collector_it_paused_and_leaves_a_paused_one_paused(tmp_path):
+    assert gc.isenabled()
+    estimate_curve("digits-cnn", {"batch_size": 8}, "cuda:0", tmp_path, steady=1)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        estimate_curve("digits-cnn", {"batch_size": 8}, "cuda:0", tmp_path, steady=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("key, params", [("tiny-lm", {"batch_size": 2, "seq_len": 32}),
+                                         ("resnet18", {"batch_size": 2, "image_size": 32})])
+def test_pausing_the_collector_changes_no_figure_of_the_estimate(tmp_path, monkeypatch, collector_thresholds, key,
+                                                                 params):
+    """Note [No garbage collection in the estimate]: the same estimate with the collector running all
+    through the fake run, full collections every few dozen allocations, is identical bit for bit."""
+    paused = estimate_curve(key, params, "cuda:0", tmp_path)
+    gc.set_threshold(50, 1, 1)
+    monkeypatch.setattr(estimate_module, "_collector_paused", contextlib.nullcontext)
+    collecting = estimate_curve(key, params, "cuda:0", tmp_path)
+    assert collecting.peak_bytes == paused.peak_bytes and collecting.persistent_bytes == paused.persistent_bytes
+    assert np.array_equal(collecting.bytes, paused.bytes) and np.array_equal(collecting.fractions, paused.fractions)
+    assert collecting.iteration_s == paused.iteration_s

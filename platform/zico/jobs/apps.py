@@ -1,4 +1,5 @@
-"""App config for zico.jobs: after `migrate`, the built-in LM corpus is written under ZICO_DATA_DIR."""
+"""App config for zico.jobs: loads the project's Celery app; after `migrate`, the built-in LM corpus is written
+under ZICO_DATA_DIR."""
 import logging
 
 from django.apps import AppConfig
@@ -29,4 +30,7 @@ class JobsConfig(AppConfig):
     label = "jobs"
 
     def ready(self) -> None:
+        # The project's Celery app, so that shared_task binds to it wherever Django runs (zico/__init__.py).
+        from zico import celery  # noqa: F401
+
         post_migrate.connect(ensure_builtin_data, sender=self, dispatch_uid="zico.jobs.ensure_builtin_data")
