@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zico_contracts import userjob
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from . import checkpoints
@@ -169,6 +170,9 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         usercode.cleanup(dirs)
     elif dirs is not None:  # a catalog job: its output directory is its checkpoint's, kept for a resume
         shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        if isinstance(metrics.get("checkpoint_last_failure"), str):  # the host's path, not the sandbox's
+            metrics["checkpoint_last_failure"] = metrics["checkpoint_last_failure"].replace(
+                userjob.SANDBOX_DIRS["output_dir"] + "/", f"{dirs.output_dir}/")
         if "iterations_this_run" in metrics:  # iterations done in all, as the job's checkpoints count them
             metrics["iterations_done"] = int(metrics.get("resumed_from") or 0) + int(metrics["iterations_this_run"])
     # the reason without its stderr lines, which the log has just above
