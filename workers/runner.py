@@ -173,6 +173,7 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         if isinstance(metrics.get("checkpoint_last_failure"), str):  # the host's path, not the sandbox's
             metrics["checkpoint_last_failure"] = metrics["checkpoint_last_failure"].replace(
                 userjob.SANDBOX_DIRS["output_dir"] + "/", f"{dirs.output_dir}/")
+        metrics.pop("iteration", None)  # a progress figure of the project's, not a metric
         if "iterations_this_run" in metrics:  # iterations done in all, as the job's checkpoints count them
             metrics["iterations_done"] = int(metrics.get("resumed_from") or 0) + int(metrics["iterations_this_run"])
     # the reason without its stderr lines, which the log has just above
