@@ -13,7 +13,7 @@ Runs alternate A B A B ... (``--rounds`` of each, per workload), so machine load
 **start-up**, launch to the first ``iteration_begin`` (interpreter, torch, the workload built, the data loaded;
 in B also bwrap and the sandbox's mounts), and **step**, the median time between consecutive ``iteration_end``
 messages past the first (each iteration's gate round trip included); and the job process's CPU seconds (user +
-sys) of the whole run. Printed per workload: each arm's median of the runs' figures and the ratios B/A. Figures
+sys) up to its last iteration. Printed per workload: each arm's median of the runs' figures and the ratios B/A. Figures
 are only compared within one run. Needs bubblewrap (the agent's sandbox) and, for B, root or user namespaces.
 """
 from __future__ import annotations
