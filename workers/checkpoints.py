@@ -64,7 +64,16 @@ def checkpoint_path(root: Path | str, job_id: int) -> Path:
 
 
 def save(root: Path | str, job_id: int, iteration: int, state: dict[str, Any], **extra: Any) -> Path:
-    """Write the checkpoint of ``job_id`` after ``iteration`` atomically and durably; returns its path.
+    """Write the checkpoint of ``job_id`` after ``iteration`` atomically and durably; returns its path
+    (:func:`checkpoint_path`; :func:`save_file` with it).
+    """
+    return save_file(checkpoint_path(root, job_id), job_id, iteration, state, **extra)
+
+
+def save_file(path: Path | str, job_id: int, iteration: int, state: dict[str, Any], **extra: Any) -> Path:
+    """Write the checkpoint of ``job_id`` after ``iteration`` at ``path`` (its directory made if missing)
+    atomically and durably; returns the path. A job in its sandbox writes to its output directory this way
+    (``workers/catalog_project/train.py``: the worker mounts ``<dir>/job-<id>`` there).
 
     Raises:
         CheckpointSaveError: the file system refused the write (full, quota, read-only, ...); no temporary
@@ -75,7 +84,7 @@ def save(root: Path | str, job_id: int, iteration: int, state: dict[str, Any], *
 
     import torch
 
-    path = checkpoint_path(root, job_id)
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     payload = {"job": int(job_id), "iteration": int(iteration), "state": state, "saved_at": time.time(), **extra}
     try:
@@ -114,11 +123,21 @@ class SaveTally:
         try:
             return save(root, job_id, iteration, state, **extra)
         except CheckpointSaveError as exc:
-            self.failures += 1
-            self.last_failure = str(exc)
-            log.warning("job %s: %s; training goes on without this checkpoint (%d failed so far)",
-                        job_id, exc, self.failures)
-            return None
+            return self._failed(job_id, exc)
+
+    def save_file(self, path: Path | str, job_id: int, iteration: int, state: dict[str, Any],
+                  **extra: Any) -> Path | None:
+        """:func:`save_file`, counted as :meth:`save` counts."""
+        try:
+            return save_file(path, job_id, iteration, state, **extra)
+        except CheckpointSaveError as exc:
+            return self._failed(job_id, exc)
+
+    def _failed(self, job_id: int, exc: CheckpointSaveError) -> None:
+        self.failures += 1
+        self.last_failure = str(exc)
+        log.warning("job %s: %s; training goes on without this checkpoint (%d failed so far)",
+                    job_id, exc, self.failures)
 
     def metrics(self) -> dict[str, Any]:
         """``{"checkpoint_failures": count, "checkpoint_last_failure": message}``, or {} when none failed."""
@@ -176,14 +195,19 @@ def _discard(tmp: Path) -> None:
 def load(root: Path | str, job_id: int, job_created_at: str | None = None) -> dict[str, Any] | None:
     """The last checkpoint of ``job_id`` (tensors on CPU), or None when there is none — or when it was
     written for an earlier job with the same id (``job_created_at`` given and different; the stale file
-    is deleted, Note [Checkpoints across deployments]).
+    is deleted, Note [Checkpoints across deployments]). :func:`load_file` of :func:`checkpoint_path`.
 
     Raises:
         CheckpointError: the file is unreadable or belongs to another job id.
     """
+    return load_file(checkpoint_path(root, job_id), job_id, job_created_at)
+
+
+def load_file(path: Path | str, job_id: int, job_created_at: str | None = None) -> dict[str, Any] | None:
+    """:func:`load` of the checkpoint at ``path`` (a stale one is deleted, its directory left)."""
     import torch
 
-    path = checkpoint_path(root, job_id)
+    path = Path(path)
     if not path.exists():
         return None
     try:
@@ -194,7 +218,7 @@ def load(root: Path | str, job_id: int, job_created_at: str | None = None) -> di
         raise CheckpointError(f"checkpoint {path} does not belong to job {job_id}")
     saved_for = payload.get("job_created_at")
     if job_created_at is not None and saved_for is not None and saved_for != job_created_at:
-        remove(root, job_id)
+        path.unlink(missing_ok=True)
         return None
     return payload
 

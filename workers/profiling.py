@@ -1,12 +1,17 @@
 """The body of ``zico.device.profile_job``: the curves issue's profiling procedure run on this device.
 
-:func:`workers.curves.capture.profile_curve` runs a few real iterations of the job and turns the allocator
-trace into a memory curve (DESIGN contract, source ``allocator-trace``). It runs in a job process of its own
-under the device agent, like every job (``workers.jobproc`` with a ``profile`` spec), drawing on the device's
-pool under its budget, so a profile beside running jobs can neither crash the worker nor take memory the
-budget does not allow. The curve goes to the web side as a ``profile_done`` message, where the control
-consumer stores it as the job's MemoryProfile. One profile runs at a time per worker, so two profiles never
-distort each other.
+A catalog job's profile is the first ``warmup + steady`` iterations of the built-in catalog project
+(``workers/catalog_project/train.py``) run by the same path as its run and as a user's script
+(``workers.scriptproc`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
+through the allocator as a script's profile is (Note [A script's profile is the start of its run] there) and
+turned into a memory curve (DESIGN contract, source ``allocator-trace``; ``meta``: workload, params with the
+catalog's defaults, ``profile_s``). It runs in a job process of its own under the device agent, like every job,
+drawing on the device's pool under its budget, so a profile beside running jobs can neither crash the worker
+nor take memory the budget does not allow. (``workers.jobproc`` with a ``profile`` spec, which
+``workers.colocate``, the real-run experiment and a host without a sandbox use, and ``python -m workers.curves
+profile`` measure a workload with :func:`workers.curves.capture.profile_curve` instead.) The curve goes to the
+web side as a ``profile_done`` message, where the control consumer stores it as the job's MemoryProfile. One
+profile runs at a time per worker, so two profiles never distort each other.
 
 A command job (a user's own script, ``code_url`` in the spec) is not profiled here: its profile is the start of
 its run (``run_job`` with ``profile``, Note [A script's profile is the start of its run] in workers.runner); a
@@ -52,7 +57,7 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
     from placement.curves import curve_from_dict, summary
     from zico_contracts.specs import ProfileSpec
 
-    from .agent import SUPERSEDED, JobRun
+    from .agent import SUPERSEDED
 
     parsed = ProfileSpec.from_dict(job_id, spec)
     warmup, steady, limit = parsed.warmup_iterations, parsed.steady_iterations, parsed.time_limit_s
@@ -64,16 +69,10 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
                                                 "profile), not by profile_job"}
     else:
         with _profile_lock:
-            proc_spec = {"workload": spec["workload"], "params": spec.get("params") or {},
-                         "device": rt.torch_device, "data_dir": str(rt.config.data_dir),
-                         "checkpoint_dir": str(rt.config.checkpoint_dir), "profile": profile_fields}
-            run = JobRun(job_id, proc_spec, profiling=True, tenant_id=int(spec.get("tenant") or 0),
-                         stop_check=lambda: "cancelled" if rt.link.cancel_requested(job_id) else None)
-            try:
-                result = rt.agent.run(run)
-            except (OSError, RuntimeError) as exc:
-                result = {"status": "failed",
-                          "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}
+            if rt.agent.user_code_refusal():  # no sandbox here: workers.jobproc's profile, unsandboxed
+                result = _jobproc_profile(rt, job_id, spec, profile_fields)
+            else:
+                result = _catalog_profile(rt, parsed, profile_fields)
     if result["status"] == SUPERSEDED:  # Note [A stale profile run]
         log.info("profile of job %s superseded by its run; nothing sent", job_id)
         return {"job": job_id, "error": result["reason"]}
@@ -95,3 +94,57 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
     rt.link.emit("profile_done", job=job_id, curve=curve.to_dict(), profile_s=round(time.monotonic() - t0, 3))
     rt.link.flush()
     return {"job": job_id, **summary(curve)}
+
+
+def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) -> dict[str, Any]:
+    """The profile run of catalog job ``spec`` (a ProfileSpec) as the built-in catalog project's first
+    ``warmup + steady`` iterations, through the user-script path (Note [Catalog jobs run as scripts] in
+    workers.runner; the trace as Note [A script's profile is the start of its run] there); returns the agent's
+    outcome, with ``curve`` when it succeeded and the trace held a usable iteration."""
+    import shutil
+
+    from .agent import JobRun
+    from .runner import catalog_script_spec, profiled_curve
+
+    dirs = None
+    try:
+        dirs, proc_spec = catalog_script_spec(rt, spec, profile_fields)
+        run = JobRun(spec.job, proc_spec, profiling=True, tenant_id=int(spec.tenant or 0),
+                     stop_check=lambda: "cancelled" if rt.link.cancel_requested(spec.job) else None)
+        result = rt.agent.run(run)
+        if result["status"] == "succeeded":
+            result["curve"] = profiled_curve(dirs, spec.job, profile_fields["warmup"], rt.torch_device,
+                                             {"workload": spec.workload, "params": proc_params(spec),
+                                              "profile_s": result.get("metrics", {}).get("run_s")})
+    except ValueError as exc:  # bad params, or a trace without a usable iteration
+        result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    except (OSError, RuntimeError) as exc:
+        result = {"status": "failed", "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}
+    finally:
+        if dirs is not None:
+            shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+    return result
+
+
+def proc_params(spec) -> dict[str, Any]:
+    """The job's params with the catalog's defaults (what a curve's ``meta.params`` holds)."""
+    from zico_workloads.catalog import validate_params
+
+    return validate_params(spec.workload, spec.params)
+
+
+def _jobproc_profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any], profile_fields: dict[str, Any]
+                     ) -> dict[str, Any]:
+    """The profile run in ``workers.jobproc`` (:func:`workers.curves.capture.profile_curve`), unsandboxed: on a
+    host where no sandbox can run. Returns the agent's outcome, with ``curve`` when it succeeded."""
+    from .agent import JobRun
+
+    proc_spec = {"workload": spec["workload"], "params": spec.get("params") or {},
+                 "device": rt.torch_device, "data_dir": str(rt.config.data_dir),
+                 "checkpoint_dir": str(rt.config.checkpoint_dir), "profile": profile_fields}
+    run = JobRun(job_id, proc_spec, profiling=True, tenant_id=int(spec.get("tenant") or 0),
+                 stop_check=lambda: "cancelled" if rt.link.cancel_requested(job_id) else None)
+    try:
+        return rt.agent.run(run)
+    except (OSError, RuntimeError) as exc:
+        return {"status": "failed", "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}

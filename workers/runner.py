@@ -1,11 +1,12 @@
 """Running one training job as its own OS process under the device agent: the body of ``zico.device.run_job``.
 
 The task thread hands the job to the device's agent (:class:`workers.agent.DeviceAgent`), which launches
-``python -m workers.jobproc`` for it, gates each of its iterations through the device's coordinator, watches it
-and returns its outcome; this thread blocks until then. Meanwhile the job's messages become the web side's
-lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress`` (iterations done, the
-rate, and the job's own figures as ``values``: what it reported with ``zico.log``), each gate answer
-(``go``) -> the run's delay totals (``job_delay``, Note [Delays that count] in workers.gate).
+``python -m workers.scriptproc`` for it in its sandbox (a user's own code, or for a catalog job the built-in
+catalog project: Note [Catalog jobs run as scripts]), gates each of its iterations through the device's
+coordinator, watches it and returns its outcome; this thread blocks until then. Meanwhile the job's messages
+become the web side's lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress``
+(iterations done, the rate, and the job's own figures as ``values``: what it reported with ``zico.log``), each
+gate answer (``go``) -> the run's delay totals (``job_delay``, Note [Delays that count] in workers.gate).
 
 Outcomes (``job_finished`` messages through :class:`workers.link.Link`): ``succeeded`` with metrics;
 ``cancelled`` within one iteration of a cancel request; ``failed`` with the job's error (an out-of-memory names
@@ -30,13 +31,38 @@ Note [A script's profile is the start of its run]
     them the run fails with that reason. A lost worker returns the job to the queue, to be profiled again.
     Catalog jobs are still profiled by ``zico.device.profile_job`` (workers.profiling): their curve comes
     before their placement, so they are planned from their first iteration.
+
+Note [Catalog jobs run as scripts]
+    A catalog job (a ``workload`` with ``params``) runs by the same path as a user's own code: its code is the
+    built-in project ``workers/catalog_project`` (an ordinary script, ``train.py``, that builds the workload
+    from ``zico_workloads`` by key and params and trains it, reporting its figures with the optional ``zico``
+    API), its command ``python train.py --workload KEY --params JSON [--checkpoint-every-s S] [--created-at
+    T]`` (:func:`catalog_script_spec`), run by ``workers.scriptproc`` in the job's sandbox, which mounts
+    ``zico_workloads`` read-only beside the rest of the job-side code. So its iterations are the optimizer's
+    steps (``workers.stepclock``), gated there, and its memory is the whole job process's pool (CPU shim
+    scope "all": the preloaded data set counts too, where ``workers.jobproc`` left it outside). What differs
+    from a user's script: no archive is fetched and no output uploaded; its output directory is the job's
+    checkpoint directory (``<ZICO_CHECKPOINT_DIR>/job-<id>``, kept for a resume; removed as before when the
+    job succeeded or was cancelled); the built-in corpus is written to the data directory before the start
+    (the job sees it read-only); the worker's ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` are passed on. The
+    project reports the iteration it resumed from and the total (``resumed_from``, ``iterations``: the
+    progress and rate count from there), so ``job_started`` says ``resumed_from`` 0 even for a resumed run;
+    its metrics say where it resumed. A stop (cancel, stale placement) raises at the next iteration start in
+    the optimizer's step, after that step: the checkpoint saved then records one iteration fewer than the
+    weights hold, and a resumed run repeats that one step. Where no sandbox can run (no bubblewrap:
+    ``DeviceAgent.user_code_refusal``) a catalog job runs as before, unsandboxed in ``workers.jobproc``.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
+from zico_contracts import userjob
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from . import checkpoints
@@ -116,14 +142,20 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
                 relay.profiled = lambda msg: _send_profile(rt, spec, dirs, msg)
                 output.line("system", f"profiling: the memory of the first {spec.profile['warmup'] + spec.profile['steady']} "
                                       "iterations is measured; the run goes on")
-        else:
+        elif rt.agent.user_code_refusal():  # no sandbox here: Zico's own catalog code runs unsandboxed
             proc_spec = job_process_spec(rt, spec)
+        else:  # a catalog job: the built-in catalog project, run as a script (Note [Catalog jobs run as scripts])
+            try:
+                dirs, proc_spec = catalog_script_spec(rt, spec)
+            except ValueError as exc:  # bad params (checked at submission; the catalog may have changed since)
+                raise _NotStarted(f"{type(exc).__name__}: {exc}") from None
+            output.line("system", f"running the catalog project's {' '.join(proc_spec['argv'][:4])}")
         job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement,
                      stop_check=lambda: link.stop_requested(job_id, spec.placement), on_message=relay.on_message,
                      tenant_id=spec.tenant or 0, on_output=output.line)
         relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
-    except usercode.CodeFetchError as exc:
+    except (usercode.CodeFetchError, _NotStarted) as exc:
         result = {"status": "failed", "reason": str(exc), "metrics": {}}
     except OSError as exc:  # the process could not be launched: the job fails, the worker goes on
         log.exception("job %s could not be launched", job_id)
@@ -133,9 +165,17 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         output.close()
         raise
     metrics = dict(result.get("metrics") or {})
-    if dirs is not None:  # before job_finished: the web side takes a job's files only until shortly after it ended
-        metrics.update(usercode.upload_outputs(spec.code, dirs.output_dir))
+    if dirs is not None and spec.code is not None:  # before job_finished: the web side takes a job's files only
+        metrics.update(usercode.upload_outputs(spec.code, dirs.output_dir))  # until shortly after it ended
         usercode.cleanup(dirs)
+    elif dirs is not None:  # a catalog job: its output directory is its checkpoint's, kept for a resume
+        shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        if isinstance(metrics.get("checkpoint_last_failure"), str):  # the host's path, not the sandbox's
+            metrics["checkpoint_last_failure"] = metrics["checkpoint_last_failure"].replace(
+                userjob.SANDBOX_DIRS["output_dir"] + "/", f"{dirs.output_dir}/")
+        metrics.pop("iteration", None)  # a progress figure of the project's, not a metric
+        if "iterations_this_run" in metrics:  # iterations done in all, as the job's checkpoints count them
+            metrics["iterations_done"] = int(metrics.get("resumed_from") or 0) + int(metrics["iterations_this_run"])
     # the reason without its stderr lines, which the log has just above
     summary = reason_summary(result.get("reason") or "").replace("\n", "; ")
     output.line("system", f"job {result['status']}" + (f": {summary}" if summary else ""))
@@ -156,32 +196,90 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     return outcome
 
 
+CATALOG_PROJECT = Path(__file__).resolve().parent / "catalog_project"  # the built-in project a catalog job runs
+CATALOG_SCRIPT = "train.py"
+PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the worker's thread counts, which its catalog jobs keep
+
+
+def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any] | None = None
+                        ) -> tuple[Any, dict[str, Any]]:
+    """``(dirs, the job process's spec)`` of a catalog job run as a user script is (Note [Catalog jobs run as
+    scripts]): code ``workers/catalog_project``, command ``python train.py --workload ... --params JSON ...``,
+    output directory the job's checkpoint directory (``<checkpoint dir>/job-<id>``, kept after the run), scratch
+    ``<var>/jobs/<id>/scratch`` (the caller removes ``dirs.scratch_dir.parent`` after the run). The built-in
+    corpus is written to the data directory here, since the job sees it read-only.
+
+    ``profile`` (``warmup``, ``steady``, ``time_limit_s``): a profile run (workers.profiling) instead, of
+    ``warmup + steady`` iterations, without checkpoints, its output directory a throwaway one under
+    ``<var>/jobs/profile-<id>/``. ``spec`` is then a ProfileSpec (``job``, ``workload``, ``params``).
+    Raises ParamsError / UnknownWorkload (ValueErrors) for bad params."""
+    from zico_workloads.catalog import validate_params
+    from zico_workloads.corpus import DEFAULT_CORPUS, ensure_corpus
+
+    from .usercode import JobDirs
+
+    params = validate_params(spec.workload, spec.params)
+    data_dir = Path(rt.config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if params.get("data") == "real" and params.get("corpus") == DEFAULT_CORPUS:
+        ensure_corpus(data_dir)
+    run_dir = Path(rt.config.var_dir or rt.config.checkpoint_dir.parent) / "jobs" / (
+        f"profile-{spec.job}" if profile else str(spec.job))
+    shutil.rmtree(run_dir, ignore_errors=True)  # a requeued run starts clean (its checkpoint is elsewhere)
+    output = run_dir / "output" if profile else checkpoints.checkpoint_path(rt.config.checkpoint_dir, spec.job).parent
+    dirs = JobDirs(CATALOG_PROJECT, output, run_dir / "scratch")
+    dirs.scratch_dir.mkdir(parents=True)
+    os.chmod(run_dir, 0o711)
+    run_params = {**spec.params, "iterations": profile["warmup"] + profile["steady"]} if profile else spec.params
+    argv = ["python", CATALOG_SCRIPT, "--workload", spec.workload, "--params", json.dumps(run_params)]
+    if rt.config.checkpoint_every_s and not profile:
+        argv += ["--checkpoint-every-s", str(rt.config.checkpoint_every_s)]
+    if getattr(spec, "job_created_at", None):
+        argv += ["--created-at", str(spec.job_created_at)]
+    env = {k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}
+    return dirs, {"kind": "script", "code_dir": str(dirs.code_dir), "argv": argv, "env": env,
+                  "device": rt.torch_device, "output_dir": str(dirs.output_dir), "scratch_dir": str(dirs.scratch_dir),
+                  "data_dir": str(data_dir), "iterations": int(run_params.get("iterations", params["iterations"])),
+                  **({"profile": profile} if profile else {})}
+
+
 def job_process_spec(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
-    """The ``--spec`` of the job's process (``workers.jobproc``): workload, params, torch device, checkpoint and
-    data directories, checkpoint period (s) and the job's creation time (its checkpoints' owner)."""
+    """The ``--spec`` of a catalog job's unsandboxed process (``workers.jobproc``), where no sandbox can run:
+    workload, params, torch device, checkpoint and data directories, checkpoint period (s) and the job's
+    creation time (its checkpoints' owner)."""
     return {"workload": spec.workload, "params": spec.params, "device": rt.torch_device,
             "checkpoint_dir": str(rt.config.checkpoint_dir), "data_dir": str(rt.config.data_dir),
             "checkpoint_every_s": rt.config.checkpoint_every_s, "job_created_at": spec.job_created_at}
 
 
+class _NotStarted(RuntimeError):
+    """The job's process was not started; the message says why (the job then fails with it)."""
+
+
 # Bookkeeping names in a job process's ``metric`` values, not the job's own figures: a script's optimizer steps
-# (workers.scriptproc.MetricSink); a catalog job's next iteration index, its iterations done and its total
-# (workers.jobproc).
+# (workers.scriptproc.MetricSink); the catalog project's iteration reached, the iteration it resumed from, the
+# total and this run's count (workers/catalog_project/train.py), besides its steps.
 SCRIPT_PROGRESS_KEYS = ("iterations_done",)
-CATALOG_PROGRESS_KEYS = ("iteration", "iterations_done", "iterations")
+CATALOG_PROGRESS_KEYS = ("iteration", "iterations_done", "iterations", "resumed_from", "iterations_this_run")
 
 
 def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[dict[str, Any], int]:
     """``(the job's own figures, iterations done)`` from a ``metric`` message's ``values``. The figures are
     what a script reported with ``zico.log`` (``script``), or a catalog workload's loss and accuracy, without
-    the bookkeeping names above; iterations done is ``iterations_done`` (a catalog job's ``iteration``
-    when absent), else ``first`` (the iteration the run started from)."""
+    the bookkeeping names above; iterations done is a script's ``iterations_done``, a catalog job's
+    ``iteration`` (else ``first`` plus its steps this run, ``iterations_done``), else ``first`` (the iteration
+    the run started from)."""
+    if script:
+        done = values.get("iterations_done")
+    elif "iteration" in values:
+        done = values["iteration"]
+    else:
+        done = first + values["iterations_done"] if "iterations_done" in values else None
     drop = SCRIPT_PROGRESS_KEYS if script else CATALOG_PROGRESS_KEYS
-    done = values.get("iterations_done", None if script else values.get("iteration"))
     return {k: v for k, v in values.items() if k not in drop}, int(done) if done is not None else first
 
 
-def profiled_curve(dirs, job_id: int, warmup: int, device: str, code) -> dict[str, Any]:
+def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any]) -> dict[str, Any]:
     """The memory curve (DESIGN contract, source ``allocator-trace``) from the trace a script job's first
     iterations left in its scratch dir (workers.scriptproc.PROFILE_TRACE). Raises ValueError saying why it is
     missing or holds no usable iteration."""
@@ -200,7 +298,7 @@ def profiled_curve(dirs, job_id: int, warmup: int, device: str, code) -> dict[st
                                    job=job_id) for k, t, a, d, i in rows]
         curve = trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
                             device=device if device == "cpu" else f"cuda:{device.partition(':')[2] or 0}",
-                            meta={"command": list(code.command), "code_sha256": code.code_sha256})
+                            meta=meta)
     except (OSError, ValueError, TypeError, CurveError) as exc:
         raise ValueError(f"the script's profile trace is unusable: {type(exc).__name__}: {exc}") from None
     return curve.to_dict()
@@ -210,7 +308,8 @@ def _send_profile(rt: DeviceRuntime, spec: RunSpec, dirs, msg: dict[str, Any]) -
     """On the job's ``profiled``: send its curve (``profile_done`` with the placement) and gate the job with it;
     an unusable trace is sent as the profile's error (the web side fails the job and stops the run)."""
     try:
-        curve = profiled_curve(dirs, spec.job, spec.profile["warmup"], rt.torch_device, spec.code)
+        curve = profiled_curve(dirs, spec.job, spec.profile["warmup"], rt.torch_device,
+                               {"command": list(spec.code.command), "code_sha256": spec.code.code_sha256})
         rt.agent.set_curve(spec.job, curve)
     except (ValueError, KeyError) as exc:  # CurveError is a ValueError
         log.warning("job %s: no curve from its profile: %s", spec.job, exc)
@@ -248,8 +347,14 @@ class _Relay:
         elif kind == "profiled" and self.profiled is not None:
             self.profiled(msg)
         elif kind == "metric" and self.t0 is not None:
-            if msg.get("iterations_total"):  # a script's own count (zico.set_iterations_total)
+            catalog = spec.code is None
+            if msg.get("iterations_total") and not catalog:  # a script's own count (zico.set_iterations_total)
                 self.iterations = int(msg["iterations_total"])
+            if catalog and "resumed_from" in msg["values"]:  # the catalog project's checkpoint and total
+                self.first = int(msg["values"]["resumed_from"])
+                self.iterations = int(msg["values"].get("iterations") or self.iterations)
+                if self.first:
+                    log.info("job %s resumes from its checkpoint after iteration %d", spec.job, self.first - 1)
             values, done = progress_values(msg["values"], self.first, spec.code is not None)
             elapsed = time.monotonic() - self.t0
             self.link.emit("job_progress", job=spec.job, placement=spec.placement, iteration=done,

@@ -12,6 +12,9 @@ Note [Iterations of an unmodified script]
       after the first optimizer was built (``Optimizer.__init__`` wrapped; a global forward pre-hook that
       removes itself), so the setup before it (data, model) runs ungated and the first forward is gated;
       a script whose model calls no ``nn.Module`` begins it at its first step instead;
+    * ``forward`` is marked as the iteration begins (as a catalog loop marks it: the coordinator then holds the
+      job at its curve's peak until ``backward``, Note [Progress from memory] in placement.pacing; without it
+      the prediction left the peak before the job reached it, and two co-located jobs went over the budget);
     * ``backward`` is marked at the first ``torch.autograd.backward`` of an iteration (what ``loss.backward()``
       calls), ``optimizer`` at the step's pre-hook;
     * the step's post-hook ends the iteration (``iteration_end``) and begins the next one at once (the gate
@@ -212,8 +215,8 @@ class StepClock:
         self.first_begin = self.first_begin if self.first_begin is not None else now
         self.iteration, self.open, self._t0, self._marks = i, True, now, {}
         self._backward_marked = False
-        self.phase_name = "forward"
         self._allocator_mark("iteration_start", i)
+        self._mark("forward")  # the coordinator holds the job at its peak until backward (placement.pacing)
 
     def _mark(self, kind: str) -> None:
         if not self.open:

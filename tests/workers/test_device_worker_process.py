@@ -183,3 +183,38 @@ def test_a_malformed_spec_is_refused_and_reported(worker, client, server):
         res.get(timeout=60)
     fin = [m for m in control(server) if m["msg"] == "job_finished" and m["job"] == 41]
     assert fin and fin[0]["status"] == "failed" and "workload" in fin[0]["reason"]
+
+
+def test_a_catalog_job_runs_as_the_catalog_project_in_a_sandboxed_script_process(worker, client, server):
+    """Note [Catalog jobs run as scripts] in workers.runner: the job's own process, found from ``describe`` while
+    it runs, is ``workers.scriptproc`` in a PID namespace of its own, under the job's uid, its current directory
+    the built-in project; the job ends with the project's figures and the agent's memory figures."""
+    from workers.agent.settings import AgentSettings
+
+    res = run(client, 61, "digits-cnn", {"iterations": 100000})
+    deadline = time.monotonic() + 120
+    while not any(s["job"] == 61 and s["iteration"] >= 1 for s in samples(server)[-20:]):
+        assert time.monotonic() < deadline, "job 61 never started iterating"
+        time.sleep(0.2)
+    started = [m for m in control(server) if m["msg"] == "job_started" and m["job"] == 61]
+    job_pid = started[0]["pid"]
+    launched = client.send_task("zico.device.describe", queue=QUEUE).get(timeout=60)["job_pids"]["61"]
+    assert _ppid(str(launched)) == worker[0].pid and launched != job_pid  # the worker's child: the outer bwrap
+    assert Path(f"/proc/{launched}/cmdline").read_bytes().split(b"\0")[0].endswith(b"bwrap")
+    argv = Path(f"/proc/{job_pid}/cmdline").read_bytes().split(b"\0")
+    assert argv[1:5] == [b"-m", b"workers.scriptproc", b"--spec-file", b"/zico/spec.json"]
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{job_pid}/status").read_text().splitlines())
+    assert len(status["NSpid"].split()) == 2  # a pid of its own namespace: the sandbox's
+    assert int(status["Uid"].split()[0]) == AgentSettings().job_uid(61)
+    assert os.readlink(f"/proc/{job_pid}/cwd") == "/job/code"
+    code_files = os.listdir(f"/proc/{job_pid}/root/job/code")
+    assert "train.py" in code_files
+    keys.request_cancel(redis.Redis(port=server.port), 61)
+    out = res.get(timeout=60)
+    assert out["status"] == "cancelled", out
+    m = out["metrics"]
+    assert m["pid"] == job_pid and m["peak_allocated_bytes"] > 0 and "loss" in m and m["resumed_from"] == 0
+    assert 0 < m["iterations_done"] == m["iterations_this_run"] < 100000
+    progress = [p for p in control(server) if p["msg"] == "job_progress" and p["job"] == 61]
+    assert progress and progress[-1]["iterations"] == 100000 and "loss" in progress[-1]["values"]
+    assert "iteration" not in progress[-1]["values"]

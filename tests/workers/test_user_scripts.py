@@ -106,7 +106,7 @@ def test_three_plain_scripts_and_one_using_zico_run_to_success_from_the_agent_po
         assert out["metrics"]["peak_allocated_bytes"] > 0
         # each iteration went through the gate, and the phases were marked
         assert len(job.of("go")) >= steps
-        assert {m["kind"] for m in job.of("mark")} == {"backward", "optimizer"}
+        assert {m["kind"] for m in job.of("mark")} == {"forward", "backward", "optimizer"}
     assert stats[1]["peak_held_bytes"] >= 4 * MiB  # the MLP's 2 MiB input, its weights, Adam's state
     logged = [m for m in logs.of("metric") if "loss" in m["values"]]
     assert logged and isinstance(logged[-1]["values"]["loss"], float)
@@ -321,7 +321,7 @@ def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_
     assert [m["iteration"] for m in explicit.of("iteration_end")] == list(range(8))
     assert [m["iteration"] for m in explicit.of("go")] == list(range(8))
     assert out["metrics"]["iterations_done"] == 8
-    assert {m["kind"] for m in explicit.of("mark")} == {"backward"}  # no optimizer: no optimizer phase
+    assert {m["kind"] for m in explicit.of("mark")} == {"forward", "backward"}  # no optimizer: no optimizer phase
     assert any(line.startswith("explicit: 8 blocks, 0 optimizer steps") for line in explicit.stdout()), explicit.lines
     # gated for real: the coordinator held its iterations back while the neighbour's was in flight
     assert out["metrics"]["delays"] >= 1 and out["metrics"]["delay_s"] > 0, out["metrics"]
