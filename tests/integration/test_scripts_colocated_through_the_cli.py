@@ -9,9 +9,11 @@ service and one CPU device worker, started the documented way.
 
 Settings tuned for the test: ``OMP_NUM_THREADS=1`` in each job's environment (one intra-op thread per job: three
 jobs on the test machine's two cores would otherwise oversubscribe them, and a step took 10x longer);
-``ZICO_MAX_SLOWDOWN=4`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
+``ZICO_MAX_SLOWDOWN=8`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
 shifts stretch them is placed together on the one device (the default limit keeps a group only when each job
-slows less, and the default group is two jobs); for round 2 the worker comes back with the gate headroom the
+slows less, and the default group is two jobs; three jobs on two cores: with the compute shares round 1 measured
+on a loaded machine, 0.30-0.45, the plan predicted up to 3.4x for the LSTM; on a quiet one, 0.43-0.50, a run at a
+limit of 4 placed two of them and the third only after one had ended); for round 2 the worker comes back with the gate headroom the
 first round's pool overhead calls for (``placement.gating.overhead_headroom``: the coordinator plans allocated
 curves while the budget counts reserved bytes, and these small scripts' 20 MiB segments hold 1.2-1.3x what they
 allocate; with the default 0.15 one job waited 30 s for room and was refused, or the deadlock rule granted past
@@ -100,7 +102,7 @@ def measured_curve(job: Job) -> MemoryProfile:
 def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budget_below_their_peaks(
         stack, waiter, tenant_owner, live_server, tmp_path, settings):
     stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
-                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_MAX_SLOWDOWN="4", ZICO_MAX_GROUP="3",
+                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_MAX_SLOWDOWN="8", ZICO_MAX_GROUP="3",
                      ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
     stack.consumer(lost_after_s=15)
