@@ -66,6 +66,9 @@ def test_the_viewer_and_the_other_tenant_cannot(personas, client_for, code_id, r
     ({"command": ["python", 3]}, "command[1]", "expected a string"),
     ({"command": None}, "command", "may not be null"),
     ({"command": ["python", "a\x00b"]}, "command[1]", "NUL"),
+    ({"command": ["python", "-O", "train.py"]}, "command", "python option -O is not supported"),  # as the job runs it
+    ({"command": ["python", "-c", "print(1)"]}, "command", "python option -c is not supported"),
+    ({"command": ["python3", "-u"]}, "command", "python needs a script to run"),
     ({"env": {"ZICO_JOB": "1"}}, "env.ZICO_JOB", "reserved"),
     ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD", "reserved"),
     ({"env": {"PYTHONPATH": "/x"}}, "env.PYTHONPATH", "reserved"),

@@ -65,19 +65,27 @@ def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes
 
 
 def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[list[str], dict[str, str]]:
-    """(command, env) of a job with code, checked by zico_contracts.codejob (Note [Job environment rule]).
+    """(command, env) of a job with code, checked by zico_contracts.codejob (Note [Job environment rule]) and, for
+    a python command, by the rule the job process runs it with (zico_contracts.userjob.parse_command: an option
+    it cannot run, ``-c`` or ``-O``, is refused here rather than failing the job on its device).
 
     Raises JobSpecError naming ``code`` (not an archive of ``tenant``), ``command``/``command[i]`` or
     ``env``/``env.<NAME>``.
     """
     from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
+    from zico_contracts.userjob import CommandError, parse_command
 
     if code is None or getattr(code, "tenant_id", None) != tenant.pk:
         raise JobSpecError("code", f"no code archive {getattr(code, 'pk', code)!r} in tenant {tenant.slug}")
     try:
-        return validate_command(command), validate_env(env)
+        checked = validate_command(command), validate_env(env)
     except CodeSpecError as exc:
         raise JobSpecError(exc.field, exc.message) from exc
+    try:
+        parse_command(checked[0])
+    except CommandError as exc:
+        raise JobSpecError("command", str(exc)) from exc
+    return checked
 
 
 def code_identity(code, command: list[str], env: dict[str, str]) -> dict[str, Any]:
