@@ -21,6 +21,8 @@ SPEC = {"workload": "digits-cnn", "params": {"batch_size": 8, "iterations": 5}}
     ("budget_bytes", 1e30, "out of range: 1e+30"),
     ("budget_bytes", 10**30, "out of range: 1e+30"),
     ("priority", "5", "expected an integer, got the string '5'"),
+    ("priority", 10**20, "out of range: 1e+20 is more than 100"),  # its own bound, not the 64-bit one
+    ("priority", -1e30, "out of range: -1e+30 is less than -100"),
 ])
 def test_it_refuses_a_non_integer_naming_the_field(client_for, personas, devices, row_counts, field, value, message):
     before = row_counts()

@@ -22,7 +22,8 @@ class StrictIntegerField(serializers.IntegerField):
 
     Form-encoded bodies (QueryDict) carry only strings, so there a string of decimal digits is read as usual.
     Errors name the value's JSON type: "expected an integer, got the string '1000'", "... got the number
-    1000.0"; a number no bigint can hold (integer or float, e.g. 1e30) reads "out of range".
+    1000.0"; a number no bigint can hold (integer or float, e.g. 1e30) reads "out of range", naming the field's own
+    bound when it has one ("out of range: 1e+20 is more than 100").
     """
 
     def _from_form(self) -> bool:
@@ -32,6 +33,10 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool):
             raise serializers.ValidationError(f"expected an integer, got {str(data).lower()}")
         if isinstance(data, (int, float)) and not -INT64_MAX - 1 <= data <= INT64_MAX:
+            if self.max_value is not None and data > self.max_value:  # the field's own bound, not the int64 one
+                raise serializers.ValidationError(f"out of range: {data:g} is more than {self.max_value}")
+            if self.min_value is not None and data < self.min_value:
+                raise serializers.ValidationError(f"out of range: {data:g} is less than {self.min_value}")
             raise serializers.ValidationError(f"out of range: {data:g} does not fit a 64-bit integer "
                                               f"(at most {INT64_MAX})")
         if isinstance(data, float):
