@@ -114,3 +114,21 @@ def sign_in(page):
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_url("**/")
     return go
+
+
+@pytest.fixture
+def estimate_redis(settings, tmp_path):
+    """Redis (``REDIS_URL``) with no estimate requests or failures (``zico:estimate:*``, zico_contracts.keys) before
+    and after the test; the estimate cache in the test's own folder."""
+    import redis
+
+    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
+    r = redis.Redis.from_url(settings.REDIS_URL)
+
+    def clean():
+        for key in r.scan_iter("zico:estimate:*"):
+            r.delete(key)
+
+    clean()
+    yield r
+    clean()

@@ -44,16 +44,8 @@ def curve_share(curve: dict[str, Any] | None) -> float:
     return DEFAULT_COMPUTE_SHARE
 
 
-@dataclass
-class _Iteration:
-    """The iteration in flight of one job: its compute split as in ShareEvidence (seconds)."""
-
-    alone_s: float = 0.0
-    overlap_s: float = 0.0
-    neighbours_share_s: float = 0.0
-    identical_s: float = 0.0
-    busy_s: float = 0.0
-    busy_wall_s: float = 0.0
+# The compute split of one iteration (ShareEvidence's fields, seconds), added to the run's evidence as it ends.
+SPLIT_FIELDS = ("alone_s", "overlap_s", "neighbours_share_s", "identical_s", "busy_s", "busy_wall_s")
 
 
 @dataclass
@@ -65,7 +57,7 @@ class _Job:
     continuous: bool
     computing: bool = False
     begun: int = 0                        # iterations begun in this run
-    now: _Iteration = field(default_factory=_Iteration)
+    now: ShareEvidence = field(default_factory=ShareEvidence)  # the iteration in flight: its SPLIT_FIELDS
     alone_since: float | None = None      # start of the current stretch of computing alone
     alone_cpu: float | None = None        # the job's CPU seconds then
     evidence: ShareEvidence = field(default_factory=ShareEvidence)
@@ -138,16 +130,12 @@ class ComputeMeter:
             if j.begun > 1:
                 ev.iterations += 1
                 ev.compute_s += it.alone_s + it.overlap_s
-                ev.alone_s += it.alone_s
-                ev.overlap_s += it.overlap_s
-                ev.neighbours_share_s += it.neighbours_share_s
-                ev.identical_s += it.identical_s
-                ev.busy_s += it.busy_s
-                ev.busy_wall_s += it.busy_wall_s
+                for name in SPLIT_FIELDS:
+                    setattr(ev, name, getattr(ev, name) + getattr(it, name))
                 if it.overlap_s == 0.0:
                     ev.solo_steps_s.append(it.alone_s)
                     del ev.solo_steps_s[:-MAX_SOLO_STEPS]
-            j.now = _Iteration()
+            j.now = ShareEvidence()
 
     def utilisation(self, busy_fraction: float) -> None:
         """A device-wide busy fraction read now (NVML ``utilization.gpu`` / 100). It is the utilisation of
@@ -170,7 +158,7 @@ class ComputeMeter:
             self._event(changing=job_id, computing=computing)
             if computing:
                 j.begun += 1
-                j.now = _Iteration()
+                j.now = ShareEvidence()
 
     def _advance(self) -> float:
         """Account the time since the last event to every computing job (alone, or beside whom); returns now."""

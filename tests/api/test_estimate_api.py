@@ -5,8 +5,6 @@ side: tests/scheduling/test_scheduling_estimate_requests.py."""
 import json
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 
 from zico_contracts import keys
 
@@ -14,14 +12,8 @@ URL = "/api/workloads/digits-cnn/estimate/"
 
 
 @pytest.fixture(autouse=True)
-def rdb(settings, tmp_path):
-    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
-    r = redis.Redis.from_url(django_settings.REDIS_URL)
-    for key in r.scan_iter("zico:estimate:*"):
-        r.delete(key)
-    yield r
-    for key in r.scan_iter("zico:estimate:*"):
-        r.delete(key)
+def rdb(estimate_redis):
+    return estimate_redis
 
 
 @pytest.mark.parametrize("who", ["owner", "teammate", "outsider", "staff"])

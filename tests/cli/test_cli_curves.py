@@ -6,7 +6,6 @@ import json
 import time
 
 import pytest
-import redis
 
 from placement.curves import curve_from_dict, resample, triangular_curve
 from zico.jobs.models import Job, MemoryProfile
@@ -134,20 +133,6 @@ def test_submit_with_a_snapshot_is_placed_unprofiled_and_a_bad_one_submits_nothi
     result = zico("submit", "--snapshot", bad, project, "--", "python", "train.py")
     assert result.exit_code == 4 and "expected a dict at the top, got list (HTTP 400)" in result.output
     assert Job.objects.count() == 1
-
-
-@pytest.fixture
-def estimate_redis(settings, tmp_path):
-    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
-    r = redis.Redis.from_url(settings.REDIS_URL)
-
-    def clean():
-        for key in r.scan_iter("zico:estimate:*"):
-            r.delete(key)
-
-    clean()
-    yield r
-    clean()
 
 
 def test_curve_estimate_waits_for_the_schedulers_background_estimate(zico, zico_process, signed_in, estimate_redis,

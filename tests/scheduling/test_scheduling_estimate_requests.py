@@ -6,7 +6,6 @@ import sys
 import time
 
 import pytest
-import redis
 from rest_framework.test import APIClient
 
 from zico.jobs import known
@@ -21,18 +20,9 @@ URL = "/api/workloads/digits-cnn/estimate/"
 
 
 @pytest.fixture
-def rdb(settings, tmp_path):
+def rdb(estimate_redis):
     """Redis with no estimate requests or failures; the estimate cache in the test's own folder."""
-    settings.ZICO_ESTIMATE_CACHE_DIR = tmp_path / "estimates"
-    r = redis.Redis.from_url(settings.REDIS_URL)
-
-    def clean():
-        for key in r.scan_iter("zico:estimate:*"):
-            r.delete(key)
-
-    clean()
-    yield r
-    clean()
+    return estimate_redis
 
 
 @pytest.fixture

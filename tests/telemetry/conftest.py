@@ -1,4 +1,5 @@
-"""Fixtures for telemetry tests: a clean Redis database of this lane's own, and a job on a device."""
+"""Fixtures for telemetry tests: a clean Redis database of this lane's own, the control consumer and a worker's
+link on it, and a job on a device."""
 import pytest
 import redis as redis_lib
 from django.conf import settings
@@ -19,6 +20,22 @@ def r(redis_url):
     client.flushdb()
     yield client
     client.flushdb()
+
+
+@pytest.fixture
+def consumer(redis_url, r):
+    """The control consumer, reading the clean Redis database."""
+    from zico.telemetry.consumer import ControlConsumer
+
+    return ControlConsumer(redis_url, name="test", block_ms=20)
+
+
+@pytest.fixture
+def link(redis_url):
+    """A device worker's Redis link, as device ``cpu.h1.0``."""
+    from workers.link import Link
+
+    return Link(redis_url, "cpu.h1.0")
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ import pytest
 
 from placement.compute_share import MEASURED_KEY, SHARE_KEY, ShareEstimate
 from placement.curves import triangular_curve
-from workers.link import Link
 from zico.jobs.models import Job, MemoryProfile
-from zico.telemetry.consumer import ControlConsumer
 from zico_contracts import computeshare
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,16 +23,6 @@ def measurement(share=0.7, method="contention", device="cpu", **over):
                         compute_s=2.8, alone_s=0.0, overlap_s=2.8, neighbours_share=0.0, identical=1.0,
                         slowdown=1.4, utilisation=None, utilisation_s=0.0)
     return {**est.to_dict(), "device": device, **over}
-
-
-@pytest.fixture
-def consumer(redis_url, r):
-    return ControlConsumer(redis_url, name="test", block_ms=20)
-
-
-@pytest.fixture
-def link(redis_url):
-    return Link(redis_url, DEV)
 
 
 def finish(consumer, link, job, placement, metrics):

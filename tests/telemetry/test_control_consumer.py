@@ -26,16 +26,6 @@ def drain(consumer, rounds=6):
         consumer.step()
 
 
-@pytest.fixture
-def consumer(redis_url, r):
-    return ControlConsumer(redis_url, name="test", block_ms=20)
-
-
-@pytest.fixture
-def link(redis_url):
-    return Link(redis_url, DEV)
-
-
 def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link, r):
     link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30,
               budget_bytes=6 << 30, host="h1", pid=123, slots=2, started_at=time.time())

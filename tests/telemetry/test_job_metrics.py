@@ -2,22 +2,10 @@
 the workers' own Link): numbers only, once per message even when it is read twice, thinned past the cap."""
 import pytest
 
-from workers.link import Link
 from zico.telemetry import handlers
-from zico.telemetry.consumer import ControlConsumer
 from zico.telemetry.models import MetricPoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def consumer(redis_url, r):
-    return ControlConsumer(redis_url, name="test", block_ms=20)
-
-
-@pytest.fixture
-def link(redis_url):
-    return Link(redis_url, "cpu.h1.0")
 
 
 def drain(consumer, rounds=6):

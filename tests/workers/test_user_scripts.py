@@ -1,6 +1,7 @@
 """Users' own, unmodified PyTorch scripts as Zico jobs: real sandboxed job processes (bwrap), the real agent
 pool, real training. The scripts (user_scripts/) know nothing of Zico, except the one that uses ``import zico``.
 Tests wait on the jobs' own messages and outcomes, not on sleeps."""
+import contextlib
 import json
 import os
 import signal
@@ -76,6 +77,26 @@ def run_together(agent, jobs, extra=None, after=None):
     for t in threads:
         t.join(600)
     assert not any(t.is_alive() for t in threads), "a job run did not return"
+
+
+@contextlib.contextmanager
+def touch_once_ended(job, path: Path):
+    """Within the block, a thread touches ``path`` (a file a neighbour script waits for) once ``job`` has an
+    outcome, or when the block exits."""
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set() and job.outcome is None:
+            time.sleep(0.05)
+        path.touch()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 @pytest.fixture
@@ -298,21 +319,11 @@ def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_
     data.mkdir()
     neighbour = Job(tmp_path, 20, ["python", "mlp_adam.py", "--until-file", "/job/data/stop"], data_dir=str(data))
     explicit = Job(tmp_path, 21, ["python", "explicit_iterations.py", "--mode", "manual", "--blocks", "8"])
-    done = threading.Event()
-
-    def stop_neighbour_when_the_explicit_job_ended():
-        while not done.is_set() and explicit.outcome is None:
-            time.sleep(0.05)
-        (data / "stop").touch()
-
-    watcher = threading.Thread(target=stop_neighbour_when_the_explicit_job_ended)
-    watcher.start()
     try:
-        run_together(agent, [neighbour, explicit], extra={20: {"curve": curve}, 21: {"curve": curve}},
-                     after={21: neighbour.stepped})
+        with touch_once_ended(explicit, data / "stop"):  # the neighbour then ends its loop and succeeds
+            run_together(agent, [neighbour, explicit], extra={20: {"curve": curve}, 21: {"curve": curve}},
+                         after={21: neighbour.stepped})
     finally:
-        done.set()
-        watcher.join()
         agent.close()
     out = explicit.outcome
     assert out["status"] == "succeeded", out["reason"]
@@ -421,20 +432,10 @@ def test_the_process_limit_counts_each_jobs_own_uid(tmp_path, monkeypatch, uid_c
     holding = threading.Event()
     holder._line = lambda stream, line: (holder.lines.append((stream, line)),
                                          line.startswith("LIMIT ") and holding.set())
-    done = threading.Event()
-
-    def release_when_the_second_ended():
-        while not done.is_set() and second.outcome is None:
-            time.sleep(0.05)
-        (data / "release").touch()
-
-    watcher = threading.Thread(target=release_when_the_second_ended)
-    watcher.start()
     try:
-        run_together(agent, [holder, second], after={92: holding})
+        with touch_once_ended(second, data / "release"):
+            run_together(agent, [holder, second], after={92: holding})
     finally:
-        done.set()
-        watcher.join()
         agent.close()
     held = reported(holder)
     assert holder.outcome["status"] == "succeeded", holder.outcome["reason"]

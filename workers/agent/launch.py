@@ -37,28 +37,27 @@ from .output import LineCutter
 log = logging.getLogger(__name__)
 
 
-def rss_anon_bytes(pid: int) -> int | None:
-    """``RssAnon`` of ``pid`` from ``/proc/<pid>/status`` in bytes (None when gone or unreadable)."""
+def _proc_kib_field(path: str, name: str) -> int | None:
+    """The ``name:`` line's kB figure of a /proc file, in bytes (None when gone, unreadable or missing)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(name + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def rss_anon_bytes(pid: int) -> int | None:
+    """``RssAnon`` of ``pid`` from ``/proc/<pid>/status`` in bytes (None when gone or unreadable)."""
+    return _proc_kib_field(f"/proc/{pid}/status", "RssAnon")
 
 
 def pss_anon_bytes(pid: int) -> int | None:
     """``Pss_Anon`` of ``pid`` from ``/proc/<pid>/smaps_rollup`` in bytes: its anonymous memory with each page
     shared copy-on-write after a fork divided among the processes sharing it, so the figures of a process
     tree add up to what the tree holds (None when gone or unreadable)."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss_Anon:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _proc_kib_field(f"/proc/{pid}/smaps_rollup", "Pss_Anon")
 
 
 def parent_pid(pid: int) -> int | None:
