@@ -52,7 +52,10 @@ def describe_oom(report: dict) -> str:
     size = _num(report, "rounded_bytes") or _num(report, "requested_bytes")
     job, device = report.get("job"), report.get("device")
     who = f" for job {job}" if isinstance(job, int) and not isinstance(job, bool) and job >= 0 else ""
-    where = f" on device {device}" if isinstance(device, (int, str)) and not isinstance(device, bool) else ""
+    if device == -1 and not isinstance(device, bool):  # the allocator's host pool (zico_allocator: -1 is "cpu")
+        where = " on the CPU"
+    else:
+        where = f" on device {device}" if isinstance(device, (int, str)) and not isinstance(device, bool) else ""
     head = f"the allocator refused {format_bytes(size) if size is not None else 'an allocation'}{who}{where}"
     budget, capacity = _num(report, "budget_bytes"), _num(report, "capacity_bytes")
     cached, largest = _num(report, "free_cached_bytes"), _num(report, "largest_free_block")

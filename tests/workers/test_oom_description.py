@@ -108,3 +108,10 @@ def test_the_module_imports_neither_django_celery_nor_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_host_pool_reads_as_the_cpu_not_device_minus_one():
+    # the CPU pool's reports carry device -1 (zico_allocator's index of the host pool)
+    text = describe_oom({"device": -1, "reason": "budget", "job": 5, "rounded_bytes": MIB, "budget_bytes": 64 * MIB})
+    assert text.startswith("the allocator refused 1.00 MiB for job 5 on the CPU: the device budget of 64.00 MiB"), text
+    assert "-1" not in text
