@@ -239,3 +239,14 @@ def test_a_stored_allocator_dict_in_a_failure_reason_reads_as_a_sentence(persona
     page = c.get(f"/jobs/{owners_job.pk}/").content.decode()
     assert "the device has no more memory (capacity 16.00 GiB)" in page and "&#x27;reason&#x27;" not in page
     assert "capacity_bytes" not in page  # neither in the head nor in the log's status change
+
+
+def test_a_missing_or_hidden_job_is_a_404_naming_the_id(personas, owners_job, client_for):
+    missing = owners_job.pk + 1000
+    r = client_for(personas.owner).get(f"/api/jobs/{missing}/")
+    assert r.status_code == 404 and r.data["detail"] == f"no job {missing} among the jobs you can see", r.data
+    # another tenant's job reads exactly as a missing one: its existence is not told
+    r = client_for(personas.outsider).get(f"/api/jobs/{owners_job.pk}/")
+    assert r.status_code == 404 and r.data["detail"] == f"no job {owners_job.pk} among the jobs you can see"
+    r = client_for(personas.owner).post(f"/api/jobs/{missing}/cancel/")
+    assert r.status_code == 404 and str(missing) in r.data["detail"]

@@ -3,11 +3,16 @@
 Django raises ``RequestDataTooBig`` (a SuspiciousOperation) when a body exceeds
 ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; DRF's handler does not know it, so API clients got Django's
 HTML 400 page. Here it becomes ``413 {"detail": "request body too large: the limit is N bytes ..."}``.
+
+A viewset's object that is not found, or not visible to the caller (the two are not told apart, so that
+another tenant's ids stay unknown), is a 404 naming what was asked for: ``no job 12 among the jobs you can
+see``, not Django's ``No Job matches the given query.``
 """
 from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import Http404
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -23,4 +28,21 @@ def exception_handler(exc, context):
     if isinstance(exc, TooManyFieldsSent):
         return Response({"detail": f"too many form fields: the limit is {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} "
                                    "(DATA_UPLOAD_MAX_NUMBER_FIELDS)"}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, Http404) and (detail := _not_found(context.get("view"))):
+        return Response({"detail": detail}, status=status.HTTP_404_NOT_FOUND)
     return drf_exception_handler(exc, context)
+
+
+def _not_found(view) -> str | None:
+    """``no <model> <id> among the <models> you can see`` for a viewset whose object lookup (``get_object``)
+    found nothing; None for any other 404 (DRF's own text then)."""
+    lookup = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", "pk")
+    key = (getattr(view, "kwargs", None) or {}).get(lookup)
+    if key is None or not hasattr(view, "get_queryset"):
+        return None
+    try:
+        meta = view.get_queryset().model._meta
+    except Exception:  # a view whose queryset cannot be built here: DRF's own answer
+        return None
+    shown = key if str(key).isdigit() else repr(str(key)[:64])
+    return f"no {meta.verbose_name} {shown} among the {meta.verbose_name_plural} you can see"
