@@ -215,3 +215,44 @@ def test_a_duplicate_profiles_late_result_changes_nothing_once_the_job_moved_on(
     assert job.status == "ready" and job.failure_reason == ""
     assert "profile_failure" not in (job.metrics or {})
     assert MemoryProfile.objects.filter(job=job).count() == 2
+
+
+def test_a_script_whose_identical_run_failed_its_profile_is_refused_at_submit_naming_the_code(
+        cluster, tenant, settings, submit):
+    # a job with code is profiled as its run starts; its failure comes as the run's job_finished (real Link and
+    # control consumer) and is remembered, so the same code, command and env is refused at submission (as the
+    # scheduler would fail it), while another command in the same project is accepted
+    from zico.jobs.code_models import CodeArchive
+    from zico.jobs.submission import code_identity
+
+    archive = CodeArchive.objects.create(tenant=tenant, sha256="ab" * 32, format="tar.gz", size_bytes=100, files=1,
+                                         unpacked_bytes=100)
+    command = ["python", "train.py"]
+    first = Job.objects.create(tenant=tenant, code=archive, command=command, env={},
+                               params=code_identity(archive, command, {}))
+    Scheduler().run_round()
+    first.refresh_from_db()
+    placement = first.active_placement()
+    assert first.status == "profiling" and placement is not None
+    error = "RuntimeError: shape mismatch in train.py line 12"
+    link = Link(settings.REDIS_URL, keys.device_key(placement.device.kind, placement.device.node.host,
+                                                    placement.device.index))
+    link.emit("job_finished", job=first.pk, placement=placement.pk, status="failed", reason=error, metrics={})
+    link.flush()
+    consumer = ControlConsumer(settings.REDIS_URL, name="known-needs-code", block_ms=20)
+    for _ in range(4):
+        consumer.step()
+    first.refresh_from_db()
+    assert first.status == "failed" and first.metrics["profile_failure"] == {"kind": "error", "reason": error}
+
+    member = first.tenant.memberships.filter(role=Role.MEMBER).first().user
+    client = APIClient()
+    client.force_login(member)
+    body = {"tenant": tenant.slug, "code": archive.pk, "command": command, "env": {}}
+    r = client.post("/api/jobs/", body, format="json")
+    assert r.status_code == 400, r.content
+    assert f"profiling identical job {first.pk} failed: {error}" in r.data["code"][0]
+    assert "change the code, command or env" in r.data["code"][0]
+    assert Job.objects.filter(code=archive).count() == 1  # nothing stored
+    assert client.post("/api/jobs/", {**body, "command": ["python", "train.py", "--fix"]},
+                       format="json").status_code == 201

@@ -271,17 +271,23 @@ def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> t
     """``(field, message)`` when what is known of a job with this workload and full params says it can never
     run (Note [Known memory needs]): a known peak over its own budget or every device's budget, a remembered
     profiling failure of an identical job, or a stored estimate that fits nowhere; None when nothing known
-    refuses it."""
+    refuses it. A job with code (``workload`` empty, ``params`` its identity, ``code_identity``) is judged on
+    its identical jobs alone (no estimate), and its refusal names ``code``."""
     budgets = devices_budgets()
     largest = max((b for _, b in budgets), default=None)
     profile = (MemoryProfile.objects.filter(identical(workload, params, "job__")).exclude(source=SNAPSHOT_SOURCE)
                .order_by("-created_at", "-id").defer("curve").first())
     if profile is not None:
-        return peak_misfit(int(profile.peak_bytes), f"the measured peak of job {profile.job_id}, same workload and "
-                           "params", budget_bytes, largest)
+        same = "same workload and params" if workload else "same code, command and env"
+        refused = peak_misfit(int(profile.peak_bytes), f"the measured peak of job {profile.job_id}, {same}",
+                              budget_bytes, largest)
+        return ("code", refused[1]) if refused and refused[0] == "params" and not workload else refused
     probe = Job(workload=workload, params=params)  # not saved: its id is None, the key of its answer
     failed = remembered_failures([probe], largest).get(None)
     if failed is not None:
-        return "params", f"{failure_sentence(failed)}; an identical job would fail the same way (change the params)"
+        field, what = ("params", "the params") if workload else ("code", "the code, command or env")
+        return field, f"{failure_sentence(failed)}; an identical job would fail the same way (change {what})"
+    if not workload:
+        return None  # a script has no CPU estimate
     curve = stored_estimate(workload, params)
     return estimate_misfit(curve, budget_bytes, budgets) if curve is not None else None

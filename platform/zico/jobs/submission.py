@@ -149,8 +149,7 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
         if largest is not None and budget_bytes > largest:
             raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
                                                f"of {largest} bytes")
-    if code is None:
-        refuse_known_misfit(workload, full_params, budget_bytes)
+    refuse_known_misfit(workload, full_params, budget_bytes)
     with transaction.atomic():
         # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
