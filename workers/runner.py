@@ -166,7 +166,10 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
         raise
     metrics = dict(result.get("metrics") or {})
     if dirs is not None and spec.code is not None:  # before job_finished: the web side takes a job's files only
-        metrics.update(usercode.upload_outputs(spec.code, dirs.output_dir))  # until shortly after it ended
+        uploaded = usercode.upload_outputs(spec.code, dirs.output_dir)  # until shortly after it ended
+        metrics.update(uploaded)
+        for line in usercode.skipped_lines(uploaded):  # what was not kept, where the user reads the run
+            output.line("system", line)
         usercode.cleanup(dirs)
     elif dirs is not None:  # a catalog job: its output directory is its checkpoint's, kept for a resume
         shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 FLUSH_S = 0.25
 HTTP_TIMEOUT_S = 60.0
 CHUNK_BYTES = 1 << 20
+SKIPPED_SHOWN = 20  # output files not kept, named in the job's metrics and log (the rest are counted)
 
 
 class CodeFetchError(RuntimeError):
@@ -155,7 +156,8 @@ class LogRelay:
 def upload_outputs(code: CodeSpec, output_dir: Path) -> dict[str, Any]:
     """Upload every regular file under ``output_dir`` (relative POSIX paths) to ``files_url``, within
     ``output_limits`` (``max_files``, ``max_bytes``, ``max_file_bytes``). Returns ``{"output_files",
-    "output_bytes", "output_skipped": [reasons]}``; never raises (an upload that fails is a reason)."""
+    "output_bytes", "output_skipped": [reasons, the first SKIPPED_SHOWN], "output_skipped_count"}`` (the last two
+    only when a file was not kept); never raises (an upload that fails is a reason)."""
     import requests
 
     limits = code.output_limits or {}
@@ -181,7 +183,21 @@ def upload_outputs(code: CodeSpec, output_dir: Path) -> dict[str, Any]:
             continue
         sent += 1
         total += size
-    return {"output_files": sent, "output_bytes": total, "output_skipped": skipped[:20]}
+    kept = {"output_files": sent, "output_bytes": total}
+    return {**kept, "output_skipped": skipped[:SKIPPED_SHOWN], "output_skipped_count": len(skipped)} if skipped \
+        else kept
+
+
+def skipped_lines(uploaded: dict[str, Any]) -> list[str]:
+    """The job-log lines (``system`` stream) that tell the user which output files were not kept, from
+    :func:`upload_outputs`'s answer; [] when every file was."""
+    count = int(uploaded.get("output_skipped_count") or 0)
+    if not count:
+        return []
+    shown = list(uploaded.get("output_skipped") or [])
+    head = f"{count} output file{'s' if count != 1 else ''} not kept" + (
+        f" (the first {len(shown)} below)" if count > len(shown) else ":")
+    return [head, *(f"  {why}" for why in shown)]
 
 
 def cleanup(dirs: JobDirs) -> None:

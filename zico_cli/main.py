@@ -202,6 +202,13 @@ def download(job, path, output, as_json):
             written.append({"path": f["path"], "file": str(target), "size_bytes": f["size_bytes"]})
     out(as_json, written, "\n".join(f"{w['file']}  {human_bytes(w['size_bytes'])}" for w in written)
         or f"Job {job} has no output files.")
+    metrics = api.get(f"/api/jobs/{job}/").get("metrics") or {}
+    if not path and metrics.get("output_skipped_count"):  # the worker could not keep them all (its limits)
+        n = metrics["output_skipped_count"]
+        click.echo(f"warning: {n} output file{'s' if n != 1 else ''} of job {job} {'were' if n != 1 else 'was'} "
+                   "not kept:", err=True)
+        for why in metrics.get("output_skipped") or []:
+            click.echo(f"  {why}", err=True)
 
 
 cli.add_command(curve)

@@ -104,6 +104,38 @@ def test_download_fetches_the_outputs_the_worker_uploaded(zico, signed_in, tmp_p
     assert zico("download", job_id, "nothing-here").exit_code == 4
 
 
+def test_output_files_over_the_limits_are_named_in_the_log_and_by_download(zico, signed_in, tmp_path, server):
+    # the worker's upload (workers.usercode, to the real worker-facing API) keeps what its limits allow and says
+    # what it did not keep: in the job's metrics, in lines for the job's log, and `zico download` warns of them
+    from workers import usercode
+    from zico_contracts.codejob import CodeSpec
+
+    job_id = json.loads(zico("submit", "--json", make_project(tmp_path / "p"), "--", "true").stdout)["job"]["id"]
+    outputs = tmp_path / "outputs"
+    (outputs / "ckpt").mkdir(parents=True)
+    (outputs / "small.txt").write_bytes(b"s" * 10)
+    (outputs / "ckpt" / "huge.pt").write_bytes(b"h" * 100)
+    code = CodeSpec.from_spec({"code_url": f"{server}/unused", "code_sha256": "ab" * 32, "code_format": "tar.gz",
+                               "code_size_bytes": 1,
+                               "files_url": f"{server}/api/worker/jobs/{job_id}/files/",
+                               "job_token": issue_job_token(job_id), "output_limits": {"max_file_bytes": 50},
+                               "command": ["true"], "env": {}})
+    uploaded = usercode.upload_outputs(code, outputs)
+    assert (uploaded["output_files"], uploaded["output_bytes"], uploaded["output_skipped_count"]) == (1, 10, 1)
+    assert uploaded["output_skipped"] == ["ckpt/huge.pt: over the output limits (1000 files, 1073741824 bytes, "
+                                          "50 bytes a file)"]
+    assert usercode.skipped_lines(uploaded) == ["1 output file not kept:", "  " + uploaded["output_skipped"][0]]
+    Job.objects.filter(pk=job_id).update(metrics=uploaded)  # as job_finished stores the run's metrics
+    result = zico("download", job_id, "-o", tmp_path / "got")
+    assert result.exit_code == 0 and (tmp_path / "got" / "small.txt").read_bytes() == b"s" * 10
+    assert f"warning: 1 output file of job {job_id} was not kept:\n  ckpt/huge.pt: over the output limits" \
+        in result.stderr, result.stderr
+    every = {"output_files": 0, "output_bytes": 0, "output_skipped": [f"f{i}: x" for i in range(20)],
+             "output_skipped_count": 25}
+    assert usercode.skipped_lines(every)[0] == "25 output files not kept (the first 20 below)"
+    assert usercode.skipped_lines({"output_files": 3, "output_bytes": 9}) == []
+
+
 @pytest.fixture
 def client_for_worker(server):
     import requests
