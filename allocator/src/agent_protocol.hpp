@@ -27,6 +27,8 @@ enum MsgType : uint32_t {
   // the job returns them on its way to a waiting request (its pool gives back its cached segments
   // first); they reach the free list when that request (any next message) arrives, so no other
   // job's request is granted them in between (Note [Returns before a request] in agent_server.cpp).
+  // b = 2, no ids: the answer to a RECLAIM: everything the job could return has been (Note [Held at
+  // the gate] in agent_server.cpp).
   kReturn = 5,
   // agent -> job: please return wholly free cached segments up to a bytes (0 = no longer needed).
   kReclaim = 6,

@@ -155,12 +155,37 @@ void AgentServer::set_budget(uint64_t bytes) {
 // the plan counts curves, not caches), and any waiter may then reclaim from it, whatever either holds. Without this, a
 // larger job waiting for 20 MiB stalled 30 s beside a gated neighbour caching 140 MiB, until its
 // request was refused (measured in the demo with each job in its own process).
-bool AgentServer::set_yielding(int64_t job, bool yielding) {
+//
+// Note [Held at the gate]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A yielding job held at its gate (kGated) returns what its pool can on RECLAIM: wholly free cached
+// segments. What is left, segments it still uses in part (its weights and optimizer state beside blocks
+// its last iteration freed), it cannot give back until it runs, and the coordinator does not let it run
+// while a neighbour's iteration is in flight. A neighbour inside its iteration that waits for memory beside
+// such a job waited out wait_s and was refused: the gate waited for the waiter, the waiter for the gated
+// job's memory (measured: tiny-lm refused after 30 s waiting for a 20 MiB segment beside resnet18 held at
+// its gate with 168 MiB, at the least budget the gate plans for the pair, docs/experiment.md). So a job held
+// at its gate that was asked for memory and has answered (stuck_at_gate: its pool's reclaim thread trimmed
+// what it could and sent RETURN b = 2, no chunk ids; or it did not answer within kGateAnswer) counts with
+// the waiters in rule 4: it cannot free, so the waiter is in a deadlock, and a lone waiter beside it gets
+// the deadlock grant (past the budget, never past capacity, counted) instead of a refusal. The grantee's
+// iteration then ends, it frees, held returns under the budget by rule 3, and the gated job runs. A job
+// asked for more than it answered is asked again and answers again; one that reaches its gate is asked
+// afresh (its pool changed while it ran). Older clients send no answer: kGateAnswer stands for it.
+bool AgentServer::set_yielding(int64_t job, int mode) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return false;
-  it->second.yielding = yielding;
+  Job& j = it->second;
+  j.yielding = mode != kNotYielding;
+  const bool gated = mode == kGated;
+  if (gated && !j.gated) {  // it reached its gate: asked afresh, its last answer is about the pool it ran with
+    j.reclaim_sent = 0;
+    j.answered = false;
+  }
+  j.gated = gated;
   send_reclaims();
+  wake();  // the server thread re-decides: a waiter beside a job now held at its gate
   return true;
 }
 
@@ -193,11 +218,13 @@ void AgentServer::loop() {
       if (!j.connected) continue;
       fds.push_back(pollfd{j.fd, POLLIN, 0});
       ids.push_back(j.id);
-      if (j.pending.active && j.pending.wait) {
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(j.pending.deadline - now).count() + 1;
+      auto until = [&](Clock::time_point t) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count() + 1;
         ms = std::max<long long>(ms, 0);
         if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = static_cast<int>(std::min<long long>(ms, 1 << 30));
-      }
+      };
+      if (j.pending.active && j.pending.wait) until(j.pending.deadline);
+      if (j.gated && j.reclaim_sent > 0 && !stuck_at_gate(j, now)) until(j.asked_at + kGateAnswer);
     }
     lk.unlock();
     int n = poll(fds.data(), fds.size(), timeout_ms);
@@ -288,6 +315,10 @@ void AgentServer::on_message(Job& j, const Msg& m, long len) {
     decide();
     if (j.pending.active && j.pending.wait) ++j.waits;
   } else if (m.type == kReturn) {
+    if (m.b == 2) {  // its answer to a RECLAIM: it returned what it could (Note [Held at the gate])
+      j.answered = true;  // the loop decides next
+      return;
+    }
     const bool park = m.b == 1;  // Note [Parked chunks]
     const uint32_t n = std::min(m.n, kMaxIds);
     for (uint32_t i = 0; i < n; ++i) {
@@ -361,8 +392,9 @@ void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
 //      deadlock grant or a lowered budget)
 //      every job is sent RECLAIM(held - budget). A job answers by returning wholly free cached
 //      segments (at once from its listener thread, and again on each free): RETURN messages.
-//   4. Deadlock: when at least two jobs wait and no connected job outside the waiters holds a
-//      chunk, nobody can free. Of the waiting requests that fit in the free chunks, the one of the
+//   4. Deadlock: when at least two jobs wait, or one waits beside jobs held at their gates that have
+//      returned what they can (Note [Held at the gate]), and no other connected job holds a chunk,
+//      nobody can free. Of the waiting requests that fit in the free chunks, the one of the
 //      job holding least is granted past the budget (ties: the smaller request, then the earlier)
 //      — never past capacity: only free chunks are ever granted. If none fits, the waiter holding
 //      least is refused (its job's error path frees; the others, nearer their peaks, keep
@@ -376,9 +408,9 @@ void AgentServer::refuse(Job& j, RefuseReason reason, const std::string& text) {
 //   5. A waiting request is refused when it has waited wait_s (ZICO_BUDGET_WAIT_S by default).
 // Bounds: held <= capacity at all times (worst case: the whole capacity, reached only through
 // rule-4 grants; each grant adds one request, and the next one needs every holder waiting again).
-// Past the budget only by rule 4, which needs two waiting jobs: a job alone, or one that keeps
-// asking while another job could free, never gets past the budget, and a job holding more than
-// another waiter never gets a rule-4 grant. Once held >
+// Past the budget only by rule 4, which needs two waiting jobs or a waiter beside settled gated
+// ones: a job alone, or one that keeps asking while another job could free, never gets past the
+// budget, and a job holding more than another waiter never gets a rule-4 grant. Once held >
 // budget, rule 1 grants nothing and rule 3 makes every free return segments, so held comes back
 // under the budget as the grantee frees (within the iteration that caused it).
 void AgentServer::decide() {
@@ -403,7 +435,8 @@ void AgentServer::decide() {
       continue;
     }
     std::vector<Job*> waiting;
-    bool freer = false;
+    bool freer = false, stuck = false;
+    const auto now = Clock::now();
     for (auto& kv : jobs_) {
       Job& j = kv.second;
       if (!j.connected) continue;
@@ -413,12 +446,14 @@ void AgentServer::decide() {
         if (!j.held.empty()) freer = true;
       } else if (j.pending.active) {
         waiting.push_back(&j);
+      } else if (stuck_at_gate(j, now)) {
+        stuck = true;  // Note [Held at the gate]: it frees nothing until a waiter's iteration ends
       } else if (!j.held.empty()) {
         freer = true;
       }
     }
     if (waiting.empty() || freer) break;
-    if (waiting.size() == 1) {
+    if (waiting.size() == 1 && !stuck) {
       refuse(*waiting[0], kBudget, "agent refused: budget: no other job holds memory that could come back (" +
                                        describe(waiting[0]->pending.chunks * chunk_) + ")");
       break;
@@ -569,6 +604,10 @@ void AgentServer::send_reclaims() {
     if (want == x.reclaim_sent) continue;
     Msg r = make_msg(kReclaim, want);
     if (send_packet(x.fd, &r, sizeof(r), nullptr, 0)) {
+      if (want > x.reclaim_sent) {  // asked for more than it answered: its answer is awaited again
+        x.answered = false;
+        x.asked_at = Clock::now();
+      }
       x.reclaim_sent = want;
       if (want > 0) ++reclaims_sent_;
     }

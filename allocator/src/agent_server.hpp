@@ -33,8 +33,10 @@ class AgentServer {
   bool remove_job(int64_t job, std::string* why);
   void set_budget(uint64_t bytes);
   void set_wait(double seconds);
-  // Note [Yielding jobs] in agent_server.cpp; false for an unknown job.
-  bool set_yielding(int64_t job, bool yielding);
+  // Note [Yielding jobs] and Note [Held at the gate] in agent_server.cpp: kNotYielding, kYielding (through its
+  // iteration) or kGated (held back at its iteration start); false for an unknown job.
+  enum YieldMode { kNotYielding = 0, kYielding = 1, kGated = 2 };
+  bool set_yielding(int64_t job, int mode);
   std::string stats_json();
 
  private:
@@ -57,6 +59,9 @@ class AgentServer {
     int fd = -1;
     bool connected = false;
     bool yielding = false;  // held back by the device's coordinator: its cache is anyone's (Note [Yielding jobs])
+    bool gated = false;     // waiting at its coordinator gate: it frees nothing more (Note [Held at the gate])
+    bool answered = false;       // answered its last RECLAIM: returned all it could (RETURN b = 2)
+    Clock::time_point asked_at;  // when it was last sent a larger RECLAIM
     std::vector<uint32_t> held;  // chunk ids
     std::vector<uint32_t> parked;  // held ids the job unmapped on its way to a request (RETURN b = 1)
     Pending pending;
@@ -86,6 +91,12 @@ class AgentServer {
   void refuse(Job& j, agent::RefuseReason reason, const std::string& text);
   void finish_wait(Job& j);
   void send_reclaims();
+  // Held at its gate, asked for memory, and it has returned all it can: it answered the RECLAIM, or did not
+  // within kGateAnswer (Note [Held at the gate]).
+  bool stuck_at_gate(const Job& j, Clock::time_point now) const {
+    return j.gated && !j.held.empty() && j.reclaim_sent > 0 && (j.answered || now - j.asked_at >= kGateAnswer);
+  }
+  static constexpr std::chrono::milliseconds kGateAnswer{1000};
   uint64_t held_bytes() const { return (chunks_.size() - free_.size()) * chunk_; }
   std::string describe(uint64_t request_bytes) const;
 

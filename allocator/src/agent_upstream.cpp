@@ -248,7 +248,14 @@ void AgentUpstream::reclaim_loop() {
     reclaim_due_ = false;
     lk.unlock();
     size_t want = wanted_.load();
-    if (want > 0 && pool_) pool_->trim(want);
+    if (want > 0 && pool_) {
+      pool_->trim(want);
+      // Answered: what could come back has (its RETURNs went first, on the same socket). A job held at its
+      // gate that answers so is one the agent knows cannot free more (Note [Held at the gate] there).
+      Msg done = make_msg(kReturn, 0, 2);
+      std::lock_guard<std::mutex> s(send_mu_);
+      send_packet(fd_, &done, sizeof(done), nullptr, 0);
+    }
     lk.lock();
   }
 }

@@ -96,7 +96,8 @@ int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes) {
 int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding) {
   return agent_guarded([&] {
     if (!agent) return agent_fail("agent must not be NULL");
-    if (!agent->server->set_yielding(job_id, yielding != 0))
+    if (yielding < 0 || yielding > 2) return agent_fail("yielding must be 0, 1 or 2, got " + std::to_string(yielding));
+    if (!agent->server->set_yielding(job_id, yielding))
       return agent_fail("no job " + std::to_string(job_id) + " in this agent");
     return 0;
   });

@@ -201,6 +201,40 @@ def test_a_yielding_jobs_cache_serves_a_larger_waiter_and_only_then(agent):
     big.finish()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_waiter_beside_a_job_held_at_its_gate_with_nothing_to_return_is_granted_not_refused(agent, gated):
+    """Note [Held at the gate]: a job the coordinator holds at its gate whose memory is all in use cannot free
+    until it runs; a neighbour waiting inside its iteration beside it is granted past the budget (a counted
+    deadlock grant, within capacity) instead of waiting out its wait and being refused. A job that merely yields
+    through its iteration could still free: beside it the waiter waits, and is refused at the end of its wait."""
+    budget = 4 * STEP
+    pool = agent(2 * budget, budget, wait_s=20.0 if gated else 1.0)
+    held, waiter = (JobProcess(pool, i, 1, "script", "--step-bytes", STEP) for i in (1, 2))
+    for job in (held, held, waiter, waiter):
+        job.send("alloc")
+        assert job.until("alloc")["alloc"]  # each block in use: nothing of it can be returned
+    pool.set_yielding(1, True, gated=gated)
+    waiter.send("alloc")
+    answer = waiter.until("alloc")
+    stats = pool.stats()
+    if gated:
+        assert answer["alloc"] and answer["blocks"] == 3, answer
+        assert stats["pool"]["deadlock_grants"] == 1 and stats["pool"]["held_bytes"] == budget + STEP
+        assert stats["jobs"][1]["held_bytes"] == 2 * STEP and stats["jobs"][1]["refused"] == 0
+        waiter.send("free")  # its iteration ends: held returns under the budget
+        waiter.until("freed")
+        while pool.stats()["pool"]["held_bytes"] > budget:
+            time.sleep(0.01)
+    else:
+        assert not answer["alloc"] and "waited" in answer["detail"], answer
+        assert stats["pool"]["deadlock_grants"] == 0 and stats["pool"]["held_bytes"] == budget
+    with pytest.raises(za.ZicoError, match="no job 99"):
+        pool.set_yielding(99, True, gated=True)
+    held.finish()
+    waiter.finish()
+
+
 @pytest.mark.timeout(60)
 def test_deadlock_grant_then_the_pool_returns_under_the_budget(agent):
     budget, capacity = 48 * MiB, 96 * MiB
@@ -476,6 +510,10 @@ def test_bad_arguments_and_malformed_chunk_knob():
         fd = pool.add_job(1, 1)
         with pytest.raises(za.ZicoError, match="already connected"):
             pool.add_job(1, 1)
+        from zico_allocator import _native
+
+        with pytest.raises(za.ZicoError, match="yielding must be 0, 1 or 2, got 3"):
+            _native.check(_native.lib().zico_agent_set_yielding(pool._h(), 1, 3))  # the C ABI's own check
         os.close(fd)
         with pytest.raises(za.ZicoError, match="never added"):
             pool.remove_job(99)

@@ -113,7 +113,8 @@ class JobRun:
     started_at: float = field(default_factory=time.time)
     last_progress: float = field(default_factory=time.monotonic)
     in_gate: bool = False
-    yielding: bool = False  # its cache may serve its neighbours (Note [Yielding through the iteration])
+    yielding: str = ""  # "gated" (held at its gate), "yielding" (through its iteration) or "": Note [Yielding
+    #                     through the iteration]; its cache may serve its neighbours while not ""
 
 
 class DeviceAgent:
@@ -408,6 +409,12 @@ class DeviceAgent:
         run.last_progress = time.monotonic()  # a job that prints is not hung (a user script may never step)
         run.on_output(stream, line)
 
+    def _mark_yielding(self, run: JobRun, mode: str) -> None:
+        """Tell the pool ``mode`` ("gated", "yielding" or "") of ``run``'s job when it changed."""
+        if mode != run.yielding:
+            self.pool.set_yielding(run.job_id, bool(mode), gated=mode == "gated")
+            run.yielding = mode
+
     def _begin(self, run: JobRun, proc: JobProcess, iteration: int) -> None:
         run.phase = "wait"
         run.in_gate = True
@@ -426,10 +433,11 @@ class DeviceAgent:
         #   budget (5 and 8 grants in two runs of workers.colocate, resnet18 + tiny-lm). A job alone on its
         #   coordinator is never held and yields nothing; a neighbour outside the coordinator (an ungated, greedy
         #   job) cannot drain a job that has no gated neighbours.
+        #   While it waits at the gate it is marked held there (Note [Held at the gate] in agent_server.cpp): once
+        #   it has returned what it can, a neighbour waiting for memory inside its iteration is granted, not left
+        #   to wait out its budget wait beside memory that comes back only when this job runs.
         yielding = run.gate.joined and run.gate.has_neighbours(run.job_id)
-        if yielding != run.yielding:
-            self.pool.set_yielding(run.job_id, yielding)
-            run.yielding = yielding
+        self._mark_yielding(run, "gated" if yielding else "")
         try:
             delay = run.gate.wait(run.job_id, iteration)
         except RunStopped as stopped:
@@ -439,6 +447,7 @@ class DeviceAgent:
         finally:
             run.in_gate = False
             run.last_progress = time.monotonic()
+            self._mark_yielding(run, "yielding" if yielding else "")
         run.iteration = iteration
         run.phase = "forward"
         if delay > 0:

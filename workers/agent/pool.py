@@ -104,12 +104,13 @@ class Pool:
                        transfers=int(pool["transfers"]), transfer_bytes=int(pool["transfer_bytes"]))
         return out
 
-    def set_yielding(self, job_id: int, yielding: bool) -> None:
-        """Mark a job held back at its iteration start by the coordinator: while marked, a waiting neighbour
-        may take its cached memory back (Note [Yielding jobs] in allocator/src/agent_server.cpp)."""
+    def set_yielding(self, job_id: int, yielding: bool, gated: bool = False) -> None:
+        """Mark a job yielding to its gated neighbours (``gated``: held back at its iteration start by the
+        coordinator): while marked, a waiting neighbour may take its cached memory back (Note [Yielding jobs],
+        Note [Held at the gate] in allocator/src/agent_server.cpp)."""
         if self.native is not None:
             try:
-                self.native.set_yielding(job_id, yielding)
+                self.native.set_yielding(job_id, yielding, gated=gated)
             except Exception:  # the job left meanwhile
                 pass
 

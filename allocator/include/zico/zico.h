@@ -117,8 +117,10 @@ int zico_agent_add_job(zico_agent_t* agent, int64_t job_id, int64_t tenant_id, i
  * stays in the stats. */
 int zico_agent_remove_job(zico_agent_t* agent, int64_t job_id);
 int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes);
-/* Marks a job held back by the device's coordinator (1) or not (0): while marked, any waiting request
- * may reclaim its cached segments (Note [Yielding jobs] in agent_server.cpp). */
+/* Marks a job yielding (1: beside gated neighbours, through its iteration), held back at its iteration
+ * start by the device's coordinator (2), or neither (0): while 1 or 2, any waiting request may reclaim its
+ * cached segments (Note [Yielding jobs] in agent_server.cpp); while 2, once it has returned what it can, a
+ * waiter beside it is in a deadlock (Note [Held at the gate]). Other values fail. */
 int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding);
 /* Bound on how long a request waits for room before it is refused (seconds; default
  * ZICO_BUDGET_WAIT_S). */

@@ -81,11 +81,13 @@ class AgentPool:
         value = UNLIMITED if budget_bytes is None else _positive(budget_bytes, "budget_bytes")
         check(lib().zico_agent_set_budget(self._h(), value))
 
-    def set_yielding(self, job_id: int, yielding: bool) -> None:
-        """Mark ``job_id`` as held back by the device's coordinator (True) or not: while marked, any waiting
+    def set_yielding(self, job_id: int, yielding: bool, *, gated: bool = False) -> None:
+        """Mark ``job_id`` as yielding to its coordinator's neighbours (True) or not: while marked, any waiting
         request may reclaim its cached segments (Note [Yielding jobs] in allocator/src/agent_server.cpp).
+        ``gated``: it is held back at its iteration start (implies yielding); once it has returned what it can,
+        a request waiting beside it is in a deadlock, granted rather than refused (Note [Held at the gate]).
         Raises ZicoError for a job this pool does not know."""
-        check(lib().zico_agent_set_yielding(self._h(), int(job_id), 1 if yielding else 0))
+        check(lib().zico_agent_set_yielding(self._h(), int(job_id), 2 if gated else 1 if yielding else 0))
 
     def set_wait(self, seconds: float) -> None:
         """How long a request may wait for room before it is refused (seconds, 0..1e6)."""
