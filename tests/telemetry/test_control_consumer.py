@@ -143,7 +143,7 @@ def test_a_runs_allocator_report_is_stored_as_a_sentence(consumer, link, tenant,
     drain(consumer)
     job.refresh_from_db()
     assert job.failure_reason == (f"OutOfMemoryError: Zico CPU pool: out of memory (the allocator refused 4.00 MiB "
-                                  f"for job {job.pk} on device -1: the device budget of 3.00 GiB was reached "
+                                  f"for job {job.pk} on the CPU: the device budget of 3.00 GiB was reached "
                                   "(reserved 3.00 GiB, allocated 2.00 GiB, of which this job 1.00 GiB))")
     event = job.events.filter(kind=Event.Kind.STATUS_CHANGE, details__to="failed").get()
     assert event.details["reason"] == job.failure_reason

@@ -44,5 +44,6 @@ def _not_found(view) -> str | None:
         meta = view.get_queryset().model._meta
     except Exception:  # a view whose queryset cannot be built here: DRF's own answer
         return None
-    shown = key if str(key).isdigit() else repr(str(key)[:64])
-    return f"no {meta.verbose_name} {shown} among the {meta.verbose_name_plural} you can see"
+    if not str(key).isdigit():  # a slug is not echoed: a 404 says nothing of what another tenant calls things
+        return f"no {meta.verbose_name} with that {lookup} among the {meta.verbose_name_plural} you can see"
+    return f"no {meta.verbose_name} {key} among the {meta.verbose_name_plural} you can see"
