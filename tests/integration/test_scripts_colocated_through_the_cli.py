@@ -9,11 +9,12 @@ service and one CPU device worker, started the documented way.
 
 Settings tuned for the test: ``OMP_NUM_THREADS=1`` in each job's environment (one intra-op thread per job: three
 jobs on the test machine's two cores would otherwise oversubscribe them, and a step took 10x longer);
-``ZICO_MAX_SLOWDOWN=8`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
-shifts stretch them is placed together on the one device (the default limit keeps a group only when each job
-slows less, and the default group is two jobs; three jobs on two cores: with the compute shares round 1 measured
-on a loaded machine, 0.30-0.45, the plan predicted up to 3.4x for the LSTM; on a quiet one, 0.43-0.50, a run at a
-limit of 4 placed two of them and the third only after one had ended); for round 2 the worker comes back with the gate headroom the
+``ZICO_MAX_SLOWDOWN=64`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
+shifts stretch them is placed together on the one device: the slowdown limit is not under test here, and what the
+plan predicts for the LSTM depends on the compute shares round 1 measured on the test machine (the default limit
+keeps a group only when each job slows less, and the default group is two jobs; with shares of 0.30-0.45 on a
+loaded machine the plan predicted up to 3.4x for the LSTM, 4.0x on a quiet one; at a limit of 4, and in CI at a
+limit of 8, round 2 placed two of them and the third only after one had ended); for round 2 the worker comes back with the gate headroom the
 first round's pool overhead calls for (``placement.gating.overhead_headroom``: the coordinator plans allocated
 curves while the budget counts reserved bytes, and these small scripts' 20 MiB segments hold 1.2-1.3x what they
 allocate; with the default 0.15 one job waited 30 s for room and was refused, or the deadlock rule granted past
@@ -102,7 +103,7 @@ def measured_curve(job: Job) -> MemoryProfile:
 def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budget_below_their_peaks(
         stack, waiter, tenant_owner, live_server, tmp_path, settings):
     stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
-                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_MAX_SLOWDOWN="8", ZICO_MAX_GROUP="3",
+                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_MAX_SLOWDOWN="64", ZICO_MAX_GROUP="3",
                      ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
     stack.consumer(lost_after_s=15)
@@ -180,7 +181,8 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
         assert rc == 0 and text.count(f"{name} step 0 loss") == 1 and "profiling:" not in text, text
     plans = [p.plan for j in reruns.values() for p in j.placements.all()]
     group = max(plans, key=lambda plan: len(plan.get("job_ids", [])))
-    assert sorted(group["job_ids"]) == sorted(again.values()), plans  # the three co-located by one plan
+    waits = [(j.pk, e.details) for j in reruns.values() for e in j.events.filter(kind="waiting")]
+    assert sorted(group["job_ids"]) == sorted(again.values()), (plans, waits)  # the three co-located by one plan
     assert group["sum_of_peaks_bytes"] > group["budget_bytes"] >= group["predicted_peak_bytes"], group
     together = seconds_running(again.values())
     shared = [s for s in set().union(*together.values()) if sum(s in t for t in together.values()) >= 2]
