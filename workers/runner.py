@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zico_contracts import userjob
+from zico_contracts import jobmetrics, userjob
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from . import checkpoints
@@ -269,7 +269,8 @@ CATALOG_PROGRESS_KEYS = ("iteration", "iterations_done", "iterations", "resumed_
 def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[dict[str, Any], int]:
     """``(the job's own figures, iterations done)`` from a ``metric`` message's ``values``. The figures are
     what a script reported with ``zico.log`` (``script``), or a catalog workload's loss and accuracy, without
-    the bookkeeping names above; iterations done is a script's ``iterations_done``, a catalog job's
+    the bookkeeping names above and the platform's own (``zico_contracts.jobmetrics``, which ``zico.log``
+    refuses: a job process that sends one anyway does not get it charted); iterations done is a script's ``iterations_done``, a catalog job's
     ``iteration`` (else ``first`` plus its steps this run, ``iterations_done``), else ``first`` (the iteration
     the run started from)."""
     if script:
@@ -279,7 +280,8 @@ def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[d
     else:
         done = first + values["iterations_done"] if "iterations_done" in values else None
     drop = SCRIPT_PROGRESS_KEYS if script else CATALOG_PROGRESS_KEYS
-    return {k: v for k, v in values.items() if k not in drop}, int(done) if done is not None else first
+    figures = {k: v for k, v in values.items() if k not in drop and k not in jobmetrics.PLATFORM_METRICS}
+    return figures, int(done) if done is not None else first
 
 
 def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@
 Nothing here is needed: an unmodified script runs as a job, its iterations counted from its optimizer steps.
 A loop that steps no torch optimizer (inference, evaluation, hand-written updates, another library's optimizer)
 marks its iterations with ``zico.iteration()`` (Note [Explicit iterations] in ``workers.stepclock``).
-Outside a Zico job every call does nothing (the script runs the same on a laptop). The standard library only:
+Outside a Zico job every call does nothing but check its arguments (the script runs the same on a laptop). The
+standard library and ``zico_contracts`` only:
 the job process (``workers.scriptproc``) attaches the sink that carries the values to the device agent as the
 protocol's ``metric`` message (``zico_contracts.agent``), at most once a second with the latest values, and
 the iteration marks to the job's clock.
@@ -20,6 +21,8 @@ from __future__ import annotations
 import math
 import os
 from typing import Any, Protocol
+
+from zico_contracts.jobmetrics import check_user_metric
 
 __all__ = ["log", "set_iterations_total", "iteration", "running", "job_id", "output_dir", "data_dir",
            "scratch_dir"]
@@ -58,8 +61,10 @@ def _plain(name: str, value: Any) -> float | int | str | bool | None:
 
 def log(**values: Any) -> None:
     """Report training figures (``loss=0.31, accuracy=0.9``); they appear with the job's progress and final
-    metrics. Raises TypeError naming a value that is not a number, string, None, bool or one-element tensor."""
-    plain = {name: _plain(name, v) for name, v in values.items()}
+    metrics. Raises TypeError naming a value that is not a number, string, None, bool or one-element tensor;
+    ValueError naming a name the platform measures itself (``iterations_done``, ``slowdown``, ...:
+    ``zico_contracts.jobmetrics``) or one over 100 characters."""
+    plain = {check_user_metric(name): _plain(name, v) for name, v in values.items()}
     if _sink is not None and plain:
         _sink.log(plain)
 

@@ -42,9 +42,13 @@ def test_a_scripts_steps_total_and_zico_log_figures_reach_the_web_side(server):
         # a figure may share a name with the message's own fields: it stays the job's
         {"type": "metric", "values": {"loss": 0.75, "note": "warmup", "t": 3.5, "iteration": 99,
                                       "iterations_done": 12}},
+        # a platform figure a job process sends anyway (zico.log refuses it) is not charted as the job's
+        {"type": "metric", "values": {"iterations_done": 13, "slowdown": 0.01, "compute_share": 0.001,
+                                      "loss": 0.5}},
     ])
-    assert [(m["iteration"], m["iterations"]) for m in got] == [(0, 40), (12, 40)]
+    assert [(m["iteration"], m["iterations"]) for m in got] == [(0, 40), (12, 40), (13, 40)]
     assert got[1]["values"] == {"loss": 0.75, "note": "warmup", "t": 3.5, "iteration": 99}
+    assert got[2]["values"] == {"loss": 0.5}
     assert got[1]["t"] != 3.5 and got[1]["job"] == 7 and got[1]["placement"] == 3
     assert got[1]["iterations_per_s"] > 0
 

@@ -95,6 +95,8 @@ def test_zico_job_values_are_plain_and_calls_outside_a_job_do_nothing():
 
     assert not zico_job.running()
     zico_job.log(loss=1.0)  # no sink: nothing happens, nothing raises
+    with pytest.raises(ValueError, match="'train_s' is a figure the platform measures"):
+        zico_job.log(train_s=3.0)  # the same rule outside a job: a script fails on a laptop as in a job
     zico_job._attach(Sink())
     try:
         zico_job.log(loss=np.float32(0.5), step=3, ok=True, lr=float("nan"), note=None)
@@ -103,6 +105,12 @@ def test_zico_job_values_are_plain_and_calls_outside_a_job_do_nothing():
             zico_job.log(hist=[1, 2])
         with pytest.raises(ValueError, match="expected an integer >= 0"):
             zico_job.set_iterations_total(-2)
+        # the platform's own figures are refused by name, and the call sends none of its values
+        for name in ("iterations_done", "slowdown", "compute_share", "peak_reserved_bytes", "delay_s"):
+            with pytest.raises(ValueError, match=f"'{name}' is a figure the platform measures"):
+                zico_job.log(loss=0.1, **{name: 1})
+        with pytest.raises(ValueError, match="a metric name is a string of 1 to 100 characters"):
+            zico_job.log(**{"x" * 101: 1})
     finally:
         zico_job._attach(None)
     assert got == [{"loss": 0.5, "step": 3, "ok": True, "lr": "nan", "note": None}, 7]

@@ -452,3 +452,21 @@ def test_the_process_limit_counts_each_jobs_own_uid(tmp_path, monkeypatch, uid_c
     else:  # the holder's uid is at the limit: the second job's process cannot become that uid's
         assert not [line for line in second.stdout() if line.startswith("LIMIT ")], second.lines
         assert "Resource temporarily unavailable" in out["reason"], out["reason"]
+
+
+def test_a_script_cannot_report_the_figures_the_platform_measures(tmp_path, agent):
+    # zico.log refuses the name; a script that writes into its process's sink anyway sends it in its done
+    # message, and the agent drops it there (zico_contracts.jobmetrics.WORKER_METRICS), keeping its own
+    job = Job(tmp_path, 5, ["python", "forges_metrics.py"])
+    run_together(agent, [job])
+    out = job.outcome
+    assert out["status"] == "succeeded", out["reason"]
+    assert "forged" in job.stdout(), job.lines
+    refused = [line for line in job.stdout() if line.startswith("refused:")]
+    assert refused and "'slowdown' is a figure the platform measures" in refused[0], job.lines
+    metrics = out["metrics"]
+    assert isinstance(metrics["my_loss"], float)  # the script's own figure is kept
+    assert "slowdown" not in metrics and "output_files" not in metrics, metrics
+    assert metrics["delays"] == len([g for g in job.of("go") if g["delay_s"] > 0]) and metrics["delay_s"] < 999
+    share = metrics.get("compute_share")
+    assert share is None or share["share"] != 0.001, share  # absent, or the agent's own measurement

@@ -35,7 +35,9 @@ Note [Outcome of a job process]
     process ended ("exited with code 1", "killed by signal SIGKILL") and the last lines of its stderr
     (:func:`failure_reason`; pages and ``zico status`` show the headline first, the rest below it). Its pool
     registration is removed as soon as the exit is seen, so every chunk it held is back within a
-    supervision tick.
+    supervision tick. Its metrics are the job process's, less the names only the worker side measures
+    (``zico_contracts.jobmetrics.WORKER_METRICS``: a job cannot forge its compute share or gate delays), plus
+    the agent's own figures; the peaks are the larger of the agent's and the job's.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from placement.compute_meter import ComputeMeter
-from zico_contracts import computeshare, keys, userjob
+from zico_contracts import computeshare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
@@ -460,7 +462,8 @@ class DeviceAgent:
 
     def _outcome(self, run: JobRun, proc: JobProcess, returncode: int) -> dict[str, Any]:
         """Note [Outcome of a job process]."""
-        metrics = dict((run.done or {}).get("metrics") or {})
+        # the job process's word: the names only this side measures go (zico_contracts.jobmetrics)
+        metrics = jobmetrics.without_worker_metrics(dict((run.done or {}).get("metrics") or {}))
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
