@@ -27,7 +27,7 @@ RUNTIME_METRICS = frozenset({
     "peak_allocated_bytes", "peak_reserved_bytes",
 })
 WORKER_METRICS = frozenset({
-    COMPUTE_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "wall_s", "pid",
+    COMPUTE_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "peak_disk_bytes", "wall_s", "pid",
     "mean_iteration_s", "solo_iteration_s", "slowdown", "predicted_slowdown",
     "output_files", "output_bytes", "output_skipped", "output_skipped_count",
 })

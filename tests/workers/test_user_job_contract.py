@@ -206,6 +206,7 @@ def test_exit_statuses_through_the_sandbox_read_as_signals():
     ("ZICO_JOB_NPROC", "2", "ZICO_JOB_NPROC: expected a number >= 16"),
     ("ZICO_JOB_UID_BASE", "4294967000", "must lie within"),
     ("ZICO_JOB_OUTPUT_LINE_BYTES", "-5", "expected a whole number"),
+    ("ZICO_JOB_DISK_BYTES", "4096", "ZICO_JOB_DISK_BYTES: expected a number >= 1048576"),
 ])
 def test_sandbox_knobs_are_parsed_strictly(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
@@ -217,8 +218,9 @@ def test_sandbox_knobs_from_the_environment(monkeypatch):
     monkeypatch.setenv("ZICO_JOB_CPU_S", "3600")
     monkeypatch.setenv("ZICO_JOB_UID_BASE", "500000")
     monkeypatch.setenv("ZICO_JOB_UID_COUNT", "1000")
+    monkeypatch.setenv("ZICO_JOB_DISK_BYTES", str(10 << 30))
     s = AgentSettings.from_env()
-    assert s.cpu_s == 3600 and s.job_uid(7) == 500007 and s.job_uid(1007) == 500007
+    assert s.cpu_s == 3600 and s.job_uid(7) == 500007 and s.job_uid(1007) == 500007 and s.disk_bytes == 10 << 30
 
 
 def test_without_bubblewrap_user_scripts_are_refused_and_nothing_starts(tmp_path):

@@ -470,3 +470,22 @@ def test_a_script_cannot_report_the_figures_the_platform_measures(tmp_path, agen
     assert metrics["delays"] == len([g for g in job.of("go") if g["delay_s"] > 0]) and metrics["delay_s"] < 999
     share = metrics.get("compute_share")
     assert share is None or share["share"] != 0.001, share  # absent, or the agent's own measurement
+
+
+@pytest.mark.parametrize("mode", ["big", "empty"])
+def test_a_script_that_fills_its_directories_is_stopped_at_the_disk_limit(tmp_path, mode):
+    # Note [A job's disk] in workers.agent.diskwatch: /tmp is in the scratch directory; empty files count 4 KiB
+    limit = 8 * MiB
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120,
+                                                                     disk_bytes=limit))
+    try:
+        job = Job(tmp_path, 6, ["python", "fills_disk.py", mode])
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    out = job.outcome
+    assert out["status"] == "failed", out
+    assert out["reason"].startswith("wrote more than 8.00 MiB to its output and scratch directories (/tmp and "
+                                    "/dev/shm included), over the disk limit of a job (ZICO_JOB_DISK_BYTES)"), out
+    assert "wrote them all" not in job.stdout()
+    assert out["metrics"]["peak_disk_bytes"] > limit

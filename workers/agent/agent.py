@@ -56,7 +56,7 @@ from zico_contracts import computeshare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
-from . import sandbox
+from . import diskwatch, sandbox
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
 from .settings import AgentSettings
@@ -109,6 +109,7 @@ class JobRun:
     killed_reason: str | None = None
     stop_status: str | None = None
     peak_rss_anon: int = 0
+    peak_disk: int = 0  # bytes its output and scratch directories held, at most (Note [A job's disk])
     baseline_rss_anon: int | None = None
     baseline_device_used: int | None = None  # CUDA: NVML used memory of the process at ``ready`` (its context)
     ready: bool = False
@@ -267,7 +268,8 @@ class DeviceAgent:
 
     def _supervise(self, run: JobRun, proc: JobProcess) -> int:
         s = self.settings
-        next_stop_check = next_rss = 0.0
+        next_stop_check = next_rss = next_disk = 0.0
+        disk_roots = [d for d in (run.spec.get("output_dir"), run.spec.get("scratch_dir")) if d]
         kill_at = None
         while True:
             rc = proc.wait(TICK_S)
@@ -296,6 +298,21 @@ class DeviceAgent:
                 next_rss = now + s.rss_interval_s
                 self._check_bypass(run, proc)
                 self._check_device_bypass(run, proc)
+            if disk_roots and now >= next_disk:
+                next_disk = now + max(s.disk_interval_s, 10 * self._check_disk(run, proc, disk_roots))
+
+    def _check_disk(self, run: JobRun, proc: JobProcess, roots: list[str]) -> float:
+        """Note [A job's disk] in workers.agent.diskwatch: stop ``run`` when its writable directories hold more
+        than ``AgentSettings.disk_bytes``. Returns the seconds the measurement took."""
+        t0 = time.monotonic()
+        limit = self.settings.disk_bytes
+        used = diskwatch.used_bytes(roots, stop_above=limit)
+        run.peak_disk = max(run.peak_disk, used)
+        if used > limit and run.killed_reason is None:
+            self._kill(run, proc, f"wrote more than {format_bytes(limit)} to its output and scratch directories "
+                                  f"(/tmp and /dev/shm included), over the disk limit of a job "
+                                  f"(ZICO_JOB_DISK_BYTES): stopped")
+        return time.monotonic() - t0
 
     def _check_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator]
@@ -466,7 +483,8 @@ class DeviceAgent:
         metrics = jobmetrics.without_worker_metrics(dict((run.done or {}).get("metrics") or {}))
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
-                       delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon)
+                       delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon,
+                       **({"peak_disk_bytes": run.peak_disk} if run.peak_disk else {}))
         if run.compute_share is not None:
             metrics[computeshare.METRIC] = run.compute_share
         out: dict[str, Any] = {"pid": run.job_pid or proc.pid, "returncode": returncode, "metrics": metrics}

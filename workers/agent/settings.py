@@ -83,6 +83,10 @@ class AgentSettings:
             stopped it (the memory watch now counts the job's processes too).
         fsize_bytes: the largest file the job may write (``ZICO_JOB_FSIZE_BYTES``, default 64 GiB;
             ``RLIMIT_FSIZE``: SIGXFSZ).
+        disk_bytes: what a job's output and scratch directories may hold together, ``/tmp`` and ``/dev/shm``
+            included, before the job is stopped (``ZICO_JOB_DISK_BYTES``, default 64 GiB; at least 1 MiB):
+            measured every ``disk_interval_s`` (1 s) while it runs (Note [A job's disk] in
+            workers.agent.diskwatch: a watch, so a fast writer may pass it by what it writes in an interval).
     """
 
     hang_timeout_s: float = 600.0
@@ -102,6 +106,8 @@ class AgentSettings:
     nofile: int = 4096
     nproc: int = 1024
     fsize_bytes: int = 64 << 30
+    disk_bytes: int = 64 << 30
+    disk_interval_s: float = 1.0
 
     def __post_init__(self):
         if self.uid_base < 1 or self.uid_count < 1 or self.uid_base + self.uid_count > UID_LIMIT:
@@ -127,6 +133,7 @@ class AgentSettings:
                 "bwrap": os.environ.get("ZICO_JOB_BWRAP") or cls.bwrap,
                 "uid_base": _env_int("ZICO_JOB_UID_BASE", cls.uid_base, 1),
                 "uid_count": _env_int("ZICO_JOB_UID_COUNT", cls.uid_count, 1),
+                "disk_bytes": _env_int("ZICO_JOB_DISK_BYTES", cls.disk_bytes, 1 << 20),
                 **{name: _env_int(LIMITS[name].knob, getattr(cls, name), minimum)
                    for name, minimum in LIMIT_MINIMUMS.items()}}
         return cls(**{**base, **overrides})
