@@ -51,6 +51,20 @@ Note [Catalog jobs run as scripts]
     the optimizer's step, after that step: the checkpoint saved then records one iteration fewer than the
     weights hold, and a resumed run repeats that one step. Where no sandbox can run (no bubblewrap:
     ``DeviceAgent.user_code_refusal``) a catalog job runs as before, unsandboxed in ``workers.jobproc``.
+
+Note [Two runs of one job]
+    Two ``run_job`` tasks of one job can reach a worker together. A worker killed while a job's ``run_job`` still
+    waited in its queue (a script job then is ``profiling`` already) is replaced by a process whose ``worker_up``
+    makes the web side declare the job lost and place it again (zico.telemetry.handlers.on_worker_up), so the
+    new process receives both the queued task of the ended placement and the new placement's. The web side aborts
+    a stale run only at its ``job_started``. Before this, whichever came second was refused ("already running"),
+    after wiping the first one's directories (``usercode.prepare``), and when the refused one was the job's
+    current run nothing ever sent it again: the job sat ``profiling`` with no process until the profiling time
+    limit failed it. So a ``run_job`` holds its job in this process from its first step to its last
+    (:class:`_JobsHere`): a run of a later placement stops a run of an earlier one, which is stale (the scheduler
+    opens a job's new placement only once the earlier one has ended), waits for it to end (``SUPERSEDE_WAIT_S``)
+    and goes ahead; the stale run ends ``aborted``, sending nothing. A run of the same placement (a resent task)
+    or of an earlier one than the run here is refused with RuntimeError, touching nothing.
 """
 from __future__ import annotations
 
@@ -58,7 +72,10 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +89,7 @@ from .gate import DelayTally
 log = logging.getLogger(__name__)
 
 DELAY_REASON = "coordinator gate (time shift)"
-SUPERSEDE_WAIT_S = 60.0  # longest wait for a stale profile run of the job to end (SIGTERM, then SIGKILL)
+SUPERSEDE_WAIT_S = 60.0  # longest wait for a stale run or profile run of the job to end (SIGTERM, then SIGKILL)
 
 
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
@@ -100,9 +117,61 @@ def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class _Claim:
+    placement: int | None
+    superseded: bool = False  # a run of a later placement of the job stopped this one
+
+
+class _JobsHere:
+    """The jobs whose ``run_job`` is in progress in this process, each with its run's placement (Note [Two runs
+    of one job])."""
+
+    def __init__(self):
+        self._claims: dict[int, _Claim] = {}
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def claim(self, spec: RunSpec, timeout_s: float):
+        """Hold ``spec.job`` here for the run of ``spec.placement``, stopping (``superseded``) and waiting out a
+        run of an earlier placement; yields the run's _Claim. Raises RuntimeError when a run of the job of the same
+        or a later placement (or one without a placement) is here, or an earlier one's did not end within
+        ``timeout_s`` seconds."""
+        job_id, deadline = spec.job, time.monotonic() + timeout_s
+        with self._changed:
+            while (other := self._claims.get(job_id)) is not None:
+                if spec.placement is None or other.placement is None or other.placement >= spec.placement:
+                    raise RuntimeError(f"job {job_id} is already running here (placement {other.placement})")
+                if not other.superseded:
+                    log.warning("job %s: its run of placement %s is stale; stopped for placement %s", job_id,
+                                other.placement, spec.placement)
+                other.superseded = True
+                if not self._changed.wait_for(lambda: self._claims.get(job_id) is not other,
+                                              timeout=deadline - time.monotonic()):
+                    raise RuntimeError(f"job {job_id}: its stale run of placement {other.placement} did not end "
+                                       f"within {timeout_s:g} s")
+            claim = self._claims[job_id] = _Claim(spec.placement)
+        try:
+            yield claim
+        finally:
+            with self._changed:
+                del self._claims[job_id]
+                self._changed.notify_all()
+
+
+_jobs_here = _JobsHere()
+
+
 def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
     """Run ``spec`` to an outcome on the worker's device. Returns the outcome dict (also sent as
-    ``job_finished``). Never raises for training errors; raises RuntimeError if the job already runs here."""
+    ``job_finished``); a run stopped by a later placement's run of the job returns ``aborted`` and sends nothing
+    (Note [Two runs of one job]). Never raises for training errors; raises RuntimeError if the job already runs
+    here (the same or a later placement), or a stale run of it did not end within ``SUPERSEDE_WAIT_S``."""
+    with _jobs_here.claim(spec, SUPERSEDE_WAIT_S) as claim:
+        return _run(rt, spec, claim)
+
+
+def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
     link, job_id = rt.link, spec.job
     done = link.done_outcome(job_id)
     if done and done.get("placement") == spec.placement and done.get("run_token") == spec.run_token:
@@ -125,7 +194,7 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
 
     # Note [A stale profile run] in workers.profiling: a profile of this job still running here is stale
     if not rt.agent.supersede_profile(job_id, timeout_s=SUPERSEDE_WAIT_S):
-        # a duplicate task: not even its directories are touched
+        # a profile that outlived the wait (a duplicate run_job was refused above): its directories are untouched
         raise RuntimeError(f"job {job_id} is already running on {rt.agent.device}")
     outcome: dict[str, Any] = {"job": job_id, "placement": spec.placement, "run_token": spec.run_token}
     t_setup = time.monotonic()
@@ -150,8 +219,8 @@ def run(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
             except ValueError as exc:  # bad params (checked at submission; the catalog may have changed since)
                 raise _NotStarted(f"{type(exc).__name__}: {exc}") from None
             output.line("system", f"running the catalog project's {' '.join(proc_spec['argv'][:4])}")
-        job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement,
-                     stop_check=lambda: link.stop_requested(job_id, spec.placement), on_message=relay.on_message,
+        job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement, on_message=relay.on_message,
+                     stop_check=lambda: "aborted" if claim.superseded else link.stop_requested(job_id, spec.placement),
                      tenant_id=spec.tenant or 0, on_output=output.line)
         relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
