@@ -47,9 +47,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
-COMMANDS = {"mlp": ["python", "mlp_adam.py", "--steps", "30"],
-            "lstm": ["python", "lstm_clip_sgd.py", "--steps", "30"],
-            "transformer": ["python", "transformer_accum_bf16.py", "--steps", "30"]}
+# Enough steps that a script still runs when the next new one starts beside it: a new script is profiled only
+# once its neighbours' curves are known (their first iterations), and it takes seconds to start (torch's import);
+# at 30 steps a script's run was over by then about one run in three on a quiet machine
+STEPS = 120
+COMMANDS = {"mlp": ["python", "mlp_adam.py", "--steps", str(STEPS)],
+            "lstm": ["python", "lstm_clip_sgd.py", "--steps", str(STEPS)],
+            "transformer": ["python", "transformer_accum_bf16.py", "--steps", str(STEPS)]}
 
 
 def zico(home: Path, *args: str, timeout: float = 120, popen: bool = False):
@@ -137,9 +141,9 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
         rc, text = shown[name]
         assert rc == 0, text
         # the run was not restarted to be profiled: its first step and its end were printed once each
-        assert text.count(f"{name} step 0 loss") == 1 and text.count(f"{name} done: 30 steps") == 1, text
+        assert text.count(f"{name} step 0 loss") == 1 and text.count(f"{name} done: {STEPS} steps") == 1, text
         assert "profiling: the memory of the first 4 iterations is measured; the run goes on" in text
-        assert job.metrics["iterations_done"] == 30
+        assert job.metrics["iterations_done"] == STEPS
         assert job.placements.count() == 1  # one placement: the profile and the run are one
     together = seconds_running(first.values())
     overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)
