@@ -52,15 +52,38 @@ def _archive(tenant, owner):
     return archive
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
-def test_a_worker_restarted_while_a_script_is_profiled_runs_it_again(stack, waiter, tenant_owner, live_server,
-                                                                     tmp_path, settings):
+WORKER_ARGS = ("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "2", "--loglevel", "INFO")
+
+
+def _start(stack, live_server, tmp_path, settings, lost_after_s: int):
+    """The stack's environment for script jobs, its control consumer and one CPU worker; returns the worker."""
     stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
                      ZICO_PROFILE_TIME_LIMIT_S="600", ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
-    stack.consumer(lost_after_s=15)
-    worker_args = ("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "2", "--loglevel", "INFO")
-    worker = stack.worker(*worker_args)
+    stack.consumer(lost_after_s=lost_after_s)
+    return stack.worker(*WORKER_ARGS)
+
+
+def _assert_ran_again(stack, waiter, job, first):
+    """After the restart: ``job`` succeeded, declared lost once by the restart in placement ``first``, run and
+    profiled again in a new placement, and the restarted worker never refused a run of it."""
+    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "cancelled"), 240,
+           "the job to end after the worker's restart")
+    job.refresh_from_db()
+    logs = "\n".join(stack.log(n)[-4000:] for n in ("worker2.log", "consumer.log", "scheduler.log"))
+    assert job.status == "succeeded", (job.failure_reason, logs)
+    lost = Event.objects.get(kind="worker_lost", job=job)
+    assert "restarted" in lost.details["reason"] and lost.details["placement"] == first.pk
+    assert job.lost_count == 1
+    assert job.placements.order_by("-pk").first().pk != first.pk
+    assert MemoryProfile.objects.filter(job=job, source="allocator-trace").exists()
+    assert "already running" not in stack.log("worker2.log")
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
+def test_a_worker_restarted_while_a_script_is_profiled_runs_it_again(stack, waiter, tenant_owner, live_server,
+                                                                     tmp_path, settings):
+    worker = _start(stack, live_server, tmp_path, settings, lost_after_s=15)
     device = stack.registered_device()
     tenant, owner = tenant_owner
     job = submit_job(tenant=tenant, owner=owner, code=_archive(tenant, owner), command=["python", "train.py"], env={})
@@ -73,31 +96,15 @@ def test_a_worker_restarted_while_a_script_is_profiled_runs_it_again(stack, wait
     assert first is not None and first.device_id == device.pk
     stop_process(worker, signal.SIGKILL)
     assert Job.objects.get(pk=job.pk).status == "profiling"  # killed mid-profile
-    stack.worker(*worker_args, log="worker2.log")
-
-    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "cancelled"), 240,
-           "the job to end after the worker's restart")
-    job.refresh_from_db()
-    logs = "\n".join(stack.log(n)[-4000:] for n in ("worker2.log", "consumer.log", "scheduler.log"))
-    assert job.status == "succeeded", (job.failure_reason, logs)
-    lost = Event.objects.get(kind="worker_lost", job=job)
-    assert "restarted" in lost.details["reason"] and lost.details["placement"] == first.pk
-    assert job.lost_count == 1
-    last = job.placements.order_by("-pk").first()
-    assert last.pk != first.pk  # run again in a new placement, profiled again there
-    assert MemoryProfile.objects.filter(job=job, source="allocator-trace").exists()
-    assert "already running" not in stack.log("worker2.log")
+    stack.worker(*WORKER_ARGS, log="worker2.log")
+    _assert_ran_again(stack, waiter, job, first)
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
 def test_a_script_placed_while_its_worker_is_dead_runs_once_the_worker_is_back(stack, waiter, tenant_owner,
                                                                                live_server, tmp_path, settings):
-    stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
-                     ZICO_PROFILE_TIME_LIMIT_S="600", ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
-    settings.ZICO_WORKER_API_URL = live_server.url
-    stack.consumer(lost_after_s=120)  # the dead worker is not declared lost by its heartbeat before it is back
-    worker_args = ("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "2", "--loglevel", "INFO")
-    worker = stack.worker(*worker_args)
+    # the dead worker is not declared lost by its heartbeat before it is back
+    worker = _start(stack, live_server, tmp_path, settings, lost_after_s=120)
     device = stack.registered_device()
     stop_process(worker, signal.SIGKILL)  # its device is still online: the job is placed there, its task queued
     tenant, owner = tenant_owner
@@ -106,17 +113,7 @@ def test_a_script_placed_while_its_worker_is_dead_runs_once_the_worker_is_back(s
     waiter(lambda: Job.objects.filter(pk=job.pk, status="profiling").exists(), 120, "the job to be placed")
     first = Job.objects.get(pk=job.pk).active_placement()
     assert first is not None and first.device_id == device.pk
-    stack.worker(*worker_args, log="worker2.log")
-
-    waiter(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed", "cancelled"), 240,
-           "the job to end after the worker's restart")
-    job.refresh_from_db()
-    logs = "\n".join(stack.log(n)[-4000:] for n in ("worker2.log", "consumer.log", "scheduler.log"))
-    assert job.status == "succeeded", (job.failure_reason, logs)
-    # the restart declared it lost (its task might have died with the process) and it was placed again: the
-    # restarted worker received both run_job tasks, the stale one's run stopped (Note [Two runs of one job])
-    lost = Event.objects.get(kind="worker_lost", job=job)
-    assert "restarted" in lost.details["reason"] and lost.details["placement"] == first.pk
-    assert job.placements.order_by("-pk").first().pk != first.pk
-    assert MemoryProfile.objects.filter(job=job, source="allocator-trace").exists()
-    assert "already running" not in stack.log("worker2.log")
+    # the restart declares it lost (its task might have died with the process) and it is placed again: the
+    # restarted worker receives both run_job tasks, and the stale one's run is stopped (Note [Two runs of one job])
+    stack.worker(*WORKER_ARGS, log="worker2.log")
+    _assert_ran_again(stack, waiter, job, first)
