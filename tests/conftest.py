@@ -1,4 +1,5 @@
-"""Suite-wide pytest setup: skip `gpu`-marked tests where no NVIDIA GPU is visible; one torch thread for
+"""Suite-wide pytest setup: the fast tier (``--fast``: no test that needs PostgreSQL, Redis, a browser or more
+than ~20 s); skip `gpu`-marked tests where no NVIDIA GPU is visible; one torch thread for
 the folders whose tests train small models; a headless browser on the live server for the tests that drive the
 pages (tests/ui, and the whole-stack browser test in tests/integration); a real PyTorch memory snapshot for the
 tests that upload one (tests/api, tests/cli, tests/ui)."""
@@ -9,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 
 def _gpu_visible() -> bool:
@@ -21,7 +21,38 @@ def _gpu_visible() -> bool:
         return False
 
 
+# -- the fast tier (scripts/test.sh --fast) ---------------------------------------------------------------
+# A test needs a service when it is marked for the database (pytest-django's ``django_db``), asks for one of
+# these fixtures (directly or through another fixture), or sits in a module marked ``services`` (one that
+# reaches Redis, PostgreSQL or a live server by itself). The fast tier runs with both services' URLs pointed
+# at a closed port, so a test that needs one and is not marked here fails loudly instead of passing by luck.
+SERVICE_FIXTURES = frozenset({
+    "db", "transactional_db", "django_db_reset_sequences", "live_server", "client", "admin_client",
+    "admin_user", "django_user_model", "browser", "page", "sign_in", "estimate_redis",
+    # the folders' own fixtures that reach Redis (their conftest.py files)
+    "rdb", "redis_url", "redis_server", "stack_env", "fresh_counters", "worker_queue",
+})
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: skip tests that need PostgreSQL, Redis, a browser, a GPU or are slow")
+
+
+def needs_services(item) -> bool:
+    """True when ``item`` needs PostgreSQL, Redis or a browser (see SERVICE_FIXTURES above)."""
+    return (item.get_closest_marker("django_db") is not None or item.get_closest_marker("services") is not None
+            or not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("fast", default=False):
+        kept, dropped = [], []
+        for item in items:
+            slow = item.get_closest_marker("slow") or item.get_closest_marker("gpu")
+            (dropped if slow or needs_services(item) else kept).append(item)
+        items[:] = kept
+        config.hook.pytest_deselected(items=dropped)
     if any("gpu" in item.keywords for item in items) and not _gpu_visible():
         skip = pytest.mark.skip(reason="no NVIDIA GPU visible (run scripts/gpu-check.sh on a GPU host)")
         for item in items:
@@ -84,6 +115,8 @@ def browser(monkeypatch):
         yield b
         # While Playwright's loop runs, Django keeps this thread's connections in a context-local store
         # (asgiref), apart from the usual ones: close them here, or they outlive the test database.
+        from django.db import connections
+
         connections.close_all()
         b.close()
 

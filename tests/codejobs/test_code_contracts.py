@@ -95,6 +95,7 @@ def test_the_run_spec_code_fields_round_trip_and_name_a_bad_field():
     assert validate_env({"OMP_NUM_THREADS": "4", "HF_HOME": "/data"}) == {"OMP_NUM_THREADS": "4", "HF_HOME": "/data"}
 
 
+@pytest.mark.services
 def test_the_log_stream_is_capped_and_lines_are_cut():
     from django.conf import settings
 

@@ -1,10 +1,10 @@
 """A job's compute share from its solo and co-located step times (placement.compute_share): the formula, its
-bounds and bad input, stored in the curve's meta through the curve format, and read by the scheduler."""
+bounds and bad input, stored in the curve's meta through the curve format
+(the scheduler's reading of it: tests/scheduling/test_scheduling_share_from_curve.py)."""
 import pytest
 
-from placement.compute_share import (MEASURED_KEY, SHARE_KEY, predicted_slowdown, relative_error,
-                                     share_from_step_times, stored_share, with_measured_share)
-from placement.curves import curve_from_dict, triangular_curve
+from placement.compute_share import predicted_slowdown, relative_error, share_from_step_times
+from placement.curves import triangular_curve
 
 MiB = 1 << 20
 
@@ -39,16 +39,3 @@ def test_bad_step_times_are_refused_naming_the_argument(args, match):
 def test_a_share_outside_the_device_is_refused_by_the_prediction():
     with pytest.raises(ValueError, match="compute share"):
         predicted_slowdown([0.5, 1.5])
-
-
-def test_the_measured_share_travels_with_the_curve_and_the_scheduler_uses_it():
-    from zico.scheduling.snapshot import DEFAULT_COMPUTE_SHARE, compute_share
-
-    c = triangular_curve(10 * MiB, 50 * MiB, 0.2)
-    assert stored_share(c) is None and compute_share(c) == DEFAULT_COMPUTE_SHARE
-    m = with_measured_share(c, 0.2, 0.3)
-    loaded = curve_from_dict(m.to_dict())  # the stored JSON, as the scheduler's snapshot reads it
-    assert loaded.meta[SHARE_KEY] == 0.75
-    assert loaded.meta[MEASURED_KEY] == {"solo_step_s": 0.2, "colocated_step_s": 0.3, "copies": 2}
-    assert compute_share(loaded) == 0.75
-    assert (loaded.peak_bytes, loaded.persistent_bytes) == (c.peak_bytes, c.persistent_bytes)

@@ -84,9 +84,21 @@ def _ppid(pid: str) -> int | None:
         return None
 
 
+def worker_up(server, timeout_s=60.0) -> list[dict]:
+    """The worker's ``worker_up`` messages, waiting on the control stream (XREAD BLOCK) until there is one."""
+    r = redis.Redis(port=server.port)
+    last, deadline = "0-0", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for _, entries in r.xread({keys.CONTROL_STREAM: last}, block=1000) or []:
+            last = entries[-1][0]
+            if any(json.loads(f[b"data"])["msg"] == "worker_up" for _, f in entries):
+                return [m for m in control(server) if m["msg"] == "worker_up"]
+    return []
+
+
 def test_it_registers_its_device_and_heartbeats(worker, server):
     r = redis.Redis(port=server.port)
-    up = [m for m in control(server) if m["msg"] == "worker_up"]
+    up = worker_up(server)
     assert up and up[-1]["device"] == DEV and up[-1]["total_bytes"] == 2 << 30 and up[-1]["slots"] == 2
     beat1 = r.get(keys.heartbeat_key(DEV))
     time.sleep(1.5)
