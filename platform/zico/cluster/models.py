@@ -463,7 +463,7 @@ class Placement(models.Model):
         """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,
         "predicted_slowdown": ratio | None}}`` for every job listed in ``plan["job_ids"]``.
 
-        The plan is ``SharingPlan.to_dict()`` (platform/placement/state.py), whose ``shifts_s`` and
+        The plan is ``SharingPlan.to_dict()`` (placement/state.py), whose ``shifts_s`` and
         ``predicted_slowdown`` are lists aligned with ``job_ids``. A missing or malformed plan (an empty
         dict, lists of another length) yields None figures rather than raising: a page must still render.
         """
