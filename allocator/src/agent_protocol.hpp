@@ -40,6 +40,7 @@ enum RefuseReason : uint32_t {
   kCapacity = 3,   // larger than the agent's capacity, or a deadlock with no room left
   kTimeout = 4,    // waited the agent's whole budget wait without room appearing
   kInvalid = 5,    // malformed request (zero bytes, one already pending)
+  kJobBudget = 6,  // the job would hold more than its own budget (Note [A job's own budget], agent_server.cpp)
 };
 
 struct Msg {

@@ -137,6 +137,41 @@ bool AgentServer::remove_job(int64_t job, std::string* why) {
   return true;
 }
 
+// Note [A job's own budget]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A job submitted with a budget (its limit: docs/allocator.md, "A job's own budget") holds at most that many
+// bytes of the device's pool, whatever is free: the agent checks each request against it before the device's
+// rules below, so nothing the job process calls can raise it (it lives here, in the device worker). A request
+// that would take the job past it is refused at once, never queued: only the job itself could free what it
+// needs, so waiting for a neighbour cannot help, and a queued request could win a deadlock grant (rule 4) and
+// take memory a neighbour within its plan needs. The first ask of an allocation does not wait (wait = 0):
+// refused, the job's pool returns its wholly free cached segments and asks again with wait = 1, so a job that
+// is over its budget only through its cache goes on; the second refusal is final (kJobBudget) and its text,
+// which the job's out-of-memory report carries, names the budget and the job's peak. Parked chunks are the
+// job's already (Note [Parked chunks]), so they count once.
+bool AgentServer::over_own_budget(Job& j) {
+  const uint64_t would = (j.held.size() + new_chunks(j)) * chunk_;
+  if (j.budget == kNone || would <= j.budget) return false;
+  const std::string text = "agent refused: job budget: this job would hold " + mib(would) + ", past its budget of " +
+                           mib(j.budget) + " (its peak " + mib(std::max<uint64_t>(j.peak_held, j.held.size() * chunk_)) +
+                           ", request " + mib(j.pending.chunks * chunk_) + ")";
+  if (!j.pending.wait) {
+    refuse(j, kWouldWait, text);
+  } else {
+    ++j.over_job_budget;
+    refuse(j, kJobBudget, text);
+  }
+  return true;
+}
+
+bool AgentServer::set_job_budget(int64_t job, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  it->second.budget = bytes;
+  return true;
+}
+
 void AgentServer::set_budget(uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
   budget_ = bytes;
@@ -312,6 +347,7 @@ void AgentServer::on_message(Job& j, const Msg& m, long len) {
                                mib(chunks_.size() * chunk_) + ")");
       return;
     }
+    if (over_own_budget(j)) return;
     decide();
     if (j.pending.active && j.pending.wait) ++j.waits;
   } else if (m.type == kReturn) {
@@ -631,6 +667,7 @@ std::string AgentServer::stats_json() {
     w.num("chunks_granted", j.granted).num("chunks_returned", j.returned);
     w.num("waits", j.waits).num("wait_s", j.wait_s).num("refused", j.refused);
     w.num("deadlock_grants", j.deadlock_grants).num("bad_messages", j.bad_messages);
+    w.num("job_budget_bytes", j.budget == kNone ? 0 : j.budget).num("over_job_budget", j.over_job_budget);
     w.boolean("waiting", j.pending.active && j.pending.wait).boolean("connected", j.connected);
     w.close('}');
   }

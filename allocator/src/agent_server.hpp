@@ -37,6 +37,9 @@ class AgentServer {
   // iteration) or kGated (held back at its iteration start); false for an unknown job.
   enum YieldMode { kNotYielding = 0, kYielding = 1, kGated = 2 };
   bool set_yielding(int64_t job, int mode);
+  // The most bytes this job may hold (UINT64_MAX: none, the default): Note [A job's own budget] in
+  // agent_server.cpp. False for an unknown job.
+  bool set_job_budget(int64_t job, uint64_t bytes);
   std::string stats_json();
 
  private:
@@ -66,7 +69,9 @@ class AgentServer {
     std::vector<uint32_t> parked;  // held ids the job unmapped on its way to a request (RETURN b = 1)
     Pending pending;
     uint64_t reclaim_sent = 0;
+    uint64_t budget = UINT64_MAX;  // the job's own budget (bytes): Note [A job's own budget]
     uint64_t peak_held = 0, granted = 0, returned = 0, waits = 0, refused = 0, deadlock_grants = 0;
+    uint64_t over_job_budget = 0;  // requests refused for its own budget
     uint64_t bad_messages = 0;
     double wait_s = 0;
     uint64_t held_bytes(uint64_t chunk) const { return held.size() * chunk; }
@@ -89,6 +94,7 @@ class AgentServer {
   void decide();
   bool grant(Job& j, bool over_budget);
   void refuse(Job& j, agent::RefuseReason reason, const std::string& text);
+  bool over_own_budget(Job& j);  // refuses j's new request when it would pass j's own budget
   void finish_wait(Job& j);
   void send_reclaims();
   // Held at its gate, asked for memory, and it has returned all it can: it answered the RECLAIM, or did not

@@ -527,3 +527,42 @@ def test_bad_arguments_and_malformed_chunk_knob():
                          env=dict(os.environ, ZICO_AGENT_CHUNK_BYTES="4M"), capture_output=True, text=True,
                          timeout=60).stdout
     assert out.strip() == str(4 * MiB)
+
+
+@pytest.mark.timeout(60)
+def test_a_job_never_holds_more_than_its_own_budget_and_its_neighbour_is_untouched(agent):
+    """Note [A job's own budget]: the device has room to spare (no device budget), the job a budget of 30 MiB."""
+    pool = agent(256 * MiB, None, wait_s=5.0)
+    steady = JobProcess(pool, 1, 1, "ramp", "--iterations", 10, "--steps", 3, "--step-bytes", STEP)
+    leaker = JobProcess(pool, 2, 1, "script", "--step-bytes", STEP)
+    pool.set_job_budget(2, 30 * MiB)
+    answers = []
+    for _ in range(3):
+        leaker.send("alloc")
+        answers.append(leaker.until("alloc"))
+    steady_done = steady.until("done", timeout=50)
+    stats = pool.stats()
+    leaker.send("exit")
+    steady.finish()
+    assert leaker.proc.wait(30) == 0
+    print({"answers": answers, "leaker": stats["jobs"][2]})
+    assert [a["alloc"] for a in answers] == [True, True, False]  # 24 MiB held; 36 would pass its 30
+    assert "job budget" in answers[2]["detail"] and "past its budget of 30.0 MiB" in answers[2]["detail"]
+    assert "its peak 24.0 MiB" in answers[2]["detail"]
+    assert stats["jobs"][2]["peak_held_bytes"] == 24 * MiB and stats["jobs"][2]["over_job_budget"] == 1
+    assert stats["jobs"][2]["job_budget_bytes"] == 30 * MiB
+    assert steady_done["done"] == 10 and steady_done["ooms"] == 0  # the neighbour never noticed
+    assert stats["pool"]["deadlock_grants"] == 0
+
+
+def test_a_job_budget_must_be_positive_and_for_a_known_job(agent):
+    pool = agent(64 * MiB)
+    fd = pool.add_job(3, 1)
+    os.close(fd)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="budget_bytes must be a positive int"):
+            pool.set_job_budget(3, bad)
+    with pytest.raises(za.ZicoError, match="no job 4"):
+        pool.set_job_budget(4, MiB)
+    pool.set_job_budget(3, None)  # back to none
+    assert pool.stats()["jobs"][3]["job_budget_bytes"] == 0

@@ -122,6 +122,9 @@ int zico_agent_set_budget(zico_agent_t* agent, uint64_t bytes);
  * cached segments (Note [Yielding jobs] in agent_server.cpp); while 2, once it has returned what it can, a
  * waiter beside it is in a deadlock (Note [Held at the gate]). Other values fail. */
 int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding);
+/* The most bytes job_id may hold (ZICO_UNLIMITED: none, the default); a request past it is refused, never
+ * queued (Note [A job's own budget] in agent_server.cpp). 0 or an unknown job fails. */
+int zico_agent_set_job_budget(zico_agent_t* agent, int64_t job_id, uint64_t bytes);
 /* Bound on how long a request waits for room before it is refused (seconds; default
  * ZICO_BUDGET_WAIT_S). */
 int zico_agent_set_wait(zico_agent_t* agent, double seconds);

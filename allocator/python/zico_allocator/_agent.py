@@ -71,6 +71,16 @@ class AgentPool:
         check(lib().zico_agent_add_job(self._h(), job_id, tenant_id, ctypes.byref(fd)))
         return fd.value
 
+    def set_job_budget(self, job_id: int, budget_bytes: int | None) -> None:
+        """The most bytes ``job_id`` may hold in this pool (None: no budget of its own, only the device's).
+        A request past it is refused at once, naming the budget and the job's peak (Note [A job's own budget]
+        in agent_server.cpp); nothing the job process calls can change it. Raises ValueError for a budget
+        that is not a positive int, ZicoError for an unknown job."""
+        if budget_bytes is not None and (isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int)
+                                         or budget_bytes <= 0):
+            raise ValueError(f"budget_bytes must be a positive int or None, not {budget_bytes!r}")
+        check(lib().zico_agent_set_job_budget(self._h(), job_id, UNLIMITED if budget_bytes is None else budget_bytes))
+
     def remove_job(self, job_id: int) -> None:
         """Disconnects the job; every chunk it held returns to the free list (its stats stay). The
         process may still map them, so each is scrubbed before its next grant, even within the tenant."""
