@@ -14,11 +14,13 @@ Run spec (:class:`RunSpec`)::
     plan            obj         the placement's sharing plan (placement.state.SharingPlan.to_dict())
     job_created_at  str | null  the job's creation time, ISO 8601 (names the job across deployments)
     tenant          int | null  the job's tenant id (the pool scrubs a chunk that moves to another tenant)
+    job_budget_bytes int | null the job's own budget: the most bytes the device agent lets its process hold
+                                (Note [A job's own budget] in the allocator's agent_server.cpp); null: none
     + for a job with code, the fields of zico_contracts.codejob.CodeSpec (code_url, command, job_token, ...)
 
 Profile spec (:class:`ProfileSpec`)::
 
-    workload, params, tenant   as above
+    workload, params, tenant, job_budget_bytes   as above
     time_limit_s    number | null  stop the run after the first iteration past it (null: no limit)
     warmup, steady  int            iterations before the traced ones, and traced ones (defaults 1 and 3)
     + the code fields, as above
@@ -69,6 +71,14 @@ def _common(spec: Any) -> tuple[CodeSpec | None, str, dict[str, Any], int | None
     return code, workload, params, tenant
 
 
+def _job_budget(spec: dict) -> int | None:
+    """``job_budget_bytes``: a positive int (bytes) or None. Raises SpecError naming it."""
+    value = spec.get("job_budget_bytes")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise SpecError("job_budget_bytes", f"expected a positive number of bytes, got {value!r}")
+    return value
+
+
 def _optional_text(spec: dict, key: str) -> str | None:
     """``spec[key]``: None when absent, else a non-empty string; raises SpecError naming ``key``."""
     value = spec.get(key)
@@ -104,6 +114,8 @@ class RunSpec:
         profile: a script job profiled as its run starts (Note [A script's profile is the start of its run] in
             workers.runner): ``{"warmup", "steady", "time_limit_s"}`` (iterations, iterations, seconds or None);
             None for a job that has its curve (and for every catalog job, which profile_job profiles).
+        job_budget_bytes: the job's own budget (bytes), which the device agent never lets its process pass;
+            None: only the device's budget holds it.
     """
 
     job: int
@@ -117,6 +129,7 @@ class RunSpec:
     tenant: int | None = None
     code: CodeSpec | None = None  # a command job (a user's own script), else None
     profile: dict[str, Any] | None = None
+    job_budget_bytes: int | None = None
 
     @classmethod
     def from_dict(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -134,7 +147,7 @@ class RunSpec:
         if not isinstance(plan, dict):
             raise SpecError("plan", "expected a JSON object")
         return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant, code, _profile(spec, code))
+                   tenant, code, _profile(spec, code), _job_budget(spec))
 
     parse = from_dict  # the worker's older name
 
@@ -144,6 +157,8 @@ class RunSpec:
         out = {"workload": self.workload, "params": self.params, "placement": self.placement,
                "run_token": self.run_token, "curve": self.curve, "plan": self.plan,
                "job_created_at": self.job_created_at, "tenant": self.tenant, **_code_fields(self.code)}
+        if self.job_budget_bytes is not None:
+            out["job_budget_bytes"] = self.job_budget_bytes
         if self.profile is not None:
             out["profile"] = self.profile
         type(self).from_dict(self.job, out)
@@ -184,6 +199,7 @@ class ProfileSpec:
     warmup: int | None = None  # None: DEFAULT_WARMUP
     steady: int | None = None  # None: DEFAULT_STEADY
     code: CodeSpec | None = None
+    job_budget_bytes: int | None = None  # as in RunSpec
 
     DEFAULT_WARMUP = 1
     DEFAULT_STEADY = 3
@@ -202,7 +218,7 @@ class ProfileSpec:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise SpecError(name, f"expected an integer >= {least}, got {value!r}")
             counts[name] = value
-        return cls(job_id, workload, params, limit, tenant, counts["warmup"], counts["steady"], code)
+        return cls(job_id, workload, params, limit, tenant, counts["warmup"], counts["steady"], code, _job_budget(spec))
 
     @property
     def warmup_iterations(self) -> int:
@@ -218,5 +234,7 @@ class ProfileSpec:
         counts = {name: getattr(self, name) for name in ("warmup", "steady") if getattr(self, name) is not None}
         out = {"workload": self.workload, "params": self.params, "time_limit_s": self.time_limit_s,
                "tenant": self.tenant, **counts, **_code_fields(self.code)}
+        if self.job_budget_bytes is not None:
+            out["job_budget_bytes"] = self.job_budget_bytes
         type(self).from_dict(self.job, out)
         return out

@@ -43,6 +43,8 @@ def test_a_profile_spec_leaves_out_unset_counts_and_defaults_them():
     (2, {"workload": "x", "warmup": -1}, "warmup"),
     (2, {"workload": "x", "steady": 0}, "steady"),
     (2, {"workload": "x", "tenant": "1"}, "tenant"),
+    (2, {"workload": "x", "job_budget_bytes": 0}, "job_budget_bytes"),
+    (2, {"workload": "x", "job_budget_bytes": "128MiB"}, "job_budget_bytes"),
     (2, {**CODE.to_spec(), "workload": "", "command": []}, "command"),
 ])
 def test_a_bad_profile_spec_names_the_field(job_id, spec, field):
@@ -56,3 +58,13 @@ def test_the_web_side_cannot_build_a_spec_the_worker_would_refuse():
         RunSpec(job=5, workload="digits-cnn", params={}, run_token="").to_dict()
     with pytest.raises(SpecError, match="^workload"):
         ProfileSpec(job=5, workload="", params={}).to_dict()  # neither a catalog key nor code
+
+
+def test_a_jobs_own_budget_travels_in_both_specs_and_a_bad_one_is_named():
+    run = RunSpec(job=5, workload="digits-cnn", params={}, tenant=2, job_budget_bytes=128 << 20)
+    assert run.to_dict()["job_budget_bytes"] == 128 << 20 and RunSpec.from_dict(5, run.to_dict()) == run
+    prof = ProfileSpec(job=5, workload="", params={}, tenant=3, code=CODE, job_budget_bytes=64 << 20)
+    assert ProfileSpec.from_dict(5, prof.to_dict()).job_budget_bytes == 64 << 20
+    assert "job_budget_bytes" not in RunSpec(job=5, workload="digits-cnn", params={}).to_dict()  # none: left out
+    with pytest.raises(SpecError, match="^job_budget_bytes: expected a positive number of bytes, got -1"):
+        RunSpec.from_dict(5, {"workload": "digits-cnn", "job_budget_bytes": -1})

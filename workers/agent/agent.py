@@ -88,6 +88,7 @@ class JobRun:
     stop_check: Callable[[], str | None] = lambda: None
     on_message: Callable[[dict[str, Any]], None] = lambda msg: None
     tenant_id: int = 0
+    budget_bytes: int | None = None  # the job's own budget, held by the pool (Note [A job's own budget]); None: none
     on_output: Callable[[str, str], None] = lambda stream, line: None
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
@@ -194,8 +195,8 @@ class DeviceAgent:
         agent_fd = None
         try:
             spec = {**run.spec, "job": run.job_id}
-            if not self.pool.shared:  # Note: per-process pools, each bounded by the device budget
-                spec.setdefault("budget_bytes", self.pool.budget_bytes)
+            if not self.pool.shared:  # Note: per-process pools, each bounded by the device budget (and the job's)
+                spec.setdefault("budget_bytes", min(self.pool.budget_bytes, run.budget_bytes or self.pool.budget_bytes))
                 spec.setdefault("capacity_bytes", self.capacity_bytes)
             box, module = None, self.settings.job_module
             if spec.get("kind") == userjob.SCRIPT_KIND:
@@ -207,7 +208,7 @@ class DeviceAgent:
                     return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None,
                             "metrics": {}}
                 spec, module = box.spec, self.settings.script_module
-            agent_fd = self.pool.add_job(run.job_id, run.tenant_id)
+            agent_fd = self.pool.add_job(run.job_id, run.tenant_id, run.budget_bytes)
             proc = JobProcess(run.job_id, spec, module,
                               lambda msg: self._on_message(run, proc, msg),
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),

@@ -52,11 +52,17 @@ class Pool:
         """True when the jobs' chunks come from this process's one pool."""
         return self.native is not None
 
-    def add_job(self, job_id: int, tenant_id: int = 0) -> int | None:
-        """Register a job; returns the fd of its allocator socket end (agent pool) or None."""
+    def add_job(self, job_id: int, tenant_id: int = 0, budget_bytes: int | None = None) -> int | None:
+        """Register a job; returns the fd of its allocator socket end (agent pool) or None. ``budget_bytes``:
+        the job's own budget, which the agent pool never lets it pass (None: only the device's budget)."""
         with self._lock:
             self._jobs[job_id] = {"allocated": 0, "reserved": 0}
-        return self.native.add_job(job_id, tenant_id) if self.native is not None else None
+        if self.native is None:
+            return None
+        fd = self.native.add_job(job_id, tenant_id)
+        if budget_bytes is not None:
+            self.native.set_job_budget(job_id, int(budget_bytes))
+        return fd
 
     def remove_job(self, job_id: int) -> None:
         """Forget a job; with the agent pool every chunk it held is back in the pool when this returns."""

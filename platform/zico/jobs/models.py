@@ -136,7 +136,7 @@ class Job(models.Model):
         """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
         ``{"workload", "params", "time_limit_s", "tenant"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``
         and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants),
-        plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
+        ``job_budget_bytes`` the job's own budget (the agent's hard cap), plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
         zico_contracts.specs.ProfileSpec, the class the worker parses it with."""
         from zico_contracts.specs import ProfileSpec
 
@@ -144,7 +144,7 @@ class Job(models.Model):
 
         return ProfileSpec(job=self.pk, workload=self.workload, params=self.params or {},
                            time_limit_s=float(settings.ZICO_PROFILE_TIME_LIMIT_S), tenant=self.tenant_id,
-                           code=code_spec(self)).to_dict()
+                           code=code_spec(self), job_budget_bytes=self.budget_bytes).to_dict()
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()
