@@ -94,6 +94,11 @@ def budget_key(dev: str) -> str:
     return f"{PREFIX}:device:{dev}:budget"
 
 
+def gate_headroom_key(dev: str) -> str:
+    """The device row's gate headroom (a float in [0, 1)), written by the web side beside the budget."""
+    return f"{PREFIX}:device:{dev}:gate_headroom"
+
+
 def cancel_key(job_id: int) -> str:
     return f"{PREFIX}:job:{int(job_id)}:cancel"
 
