@@ -88,15 +88,13 @@ from .gate import DelayTally
 
 log = logging.getLogger(__name__)
 
-DELAY_REASON = "coordinator gate (time shift)"
 SUPERSEDE_WAIT_S = 60.0  # longest wait for a stale run or profile run of the job to end (SIGTERM, then SIGKILL)
 
 
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
     """Send a run's delay totals so far (DelayTally.report) as one ``job_delay`` message, when there are new ones."""
     if totals is not None:
-        link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, reason=DELAY_REASON,
-                  **totals)
+        link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, **totals)
 
 
 def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:

@@ -112,9 +112,9 @@ def test_a_runs_delay_reports_become_one_event_with_its_latest_totals(consumer, 
     job, placement = make_placed_job(tenant, make_device())
     link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)
     link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=7, delays=2, delay_s=0.3, delay_max_s=0.2,
-              gate_wait_s=0.31, reason="coordinator gate (time shift)")
+              gate_wait_s=0.31)
     link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=30, delays=5, delay_s=1.1, delay_max_s=0.4,
-              gate_wait_s=1.12, reason="coordinator gate (time shift)")
+              gate_wait_s=1.12)
     link.flush()
     drain(consumer)
     events = list(Event.objects.filter(job=job, kind="delay"))

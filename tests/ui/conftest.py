@@ -94,7 +94,7 @@ def cluster(personas, rdb):
         job.transition("placed", device=device)
         job.transition("running", device=device)
     placement = Placement.objects.create(device=device, plan={  # the layout of SharingPlan.to_dict()
-        "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift", "shifts_s": [0.0, 0.12],
+        "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift",
         "predicted_slowdown": [1.05, 1.05], "budget_bytes": 72 * GIB, "predicted_peak_bytes": 61 * GIB,
         "sum_of_peaks_bytes": 70 * GIB})
     placement.jobs.set([acme_job, rival_job])

@@ -248,7 +248,7 @@ class Placement(models.Model):
     one for a script job alone, to be profiled as its run starts: :meth:`open_many` with ``profiling``).
 
     ``plan`` is the sharing plan as JSON, as ``placement.state.SharingPlan.to_dict()`` writes it
-    (the placement package owns the schema): ``{"job_ids": [3, 5], "shifts_s": [0.0, 0.12],
+    (the placement package owns the schema): ``{"job_ids": [3, 5],
     "predicted_slowdown": [1.02, 1.1], "mode": "shift", "budget_bytes": ..., "predicted_peak_bytes": ...,
     "sum_of_peaks_bytes": ...}`` — the per-job lists are aligned with ``job_ids``. Read per-job figures
     through :meth:`plan_by_job`, the one place that knows that layout.
@@ -460,11 +460,11 @@ class Placement(models.Model):
                        code=code_spec(job), profile=profile).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
-        """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,
-        "predicted_slowdown": ratio | None}}`` for every job listed in ``plan["job_ids"]``.
+        """Per-job figures of the stored sharing plan: ``{job id: {"predicted_slowdown": ratio | None}}`` for
+        every job listed in ``plan["job_ids"]``.
 
-        The plan is ``SharingPlan.to_dict()`` (platform/placement/state.py), whose ``shifts_s`` and
-        ``predicted_slowdown`` are lists aligned with ``job_ids``. A missing or malformed plan (an empty
+        The plan is ``SharingPlan.to_dict()`` (platform/placement/state.py), whose ``predicted_slowdown`` is a
+        list aligned with ``job_ids``. A missing or malformed plan (an empty
         dict, lists of another length) yields None figures rather than raising: a page must still render.
         """
         plan = self.plan if isinstance(self.plan, dict) else {}
@@ -476,8 +476,7 @@ class Placement(models.Model):
             values = plan.get(name)
             return values if isinstance(values, list) and len(values) == len(job_ids) else [None] * len(job_ids)
 
-        return {j: {"shift_s": s, "predicted_slowdown": r}
-                for j, s, r in zip(job_ids, aligned("shifts_s"), aligned("predicted_slowdown"))
+        return {j: {"predicted_slowdown": r} for j, r in zip(job_ids, aligned("predicted_slowdown"))
                 if isinstance(j, int) and not isinstance(j, bool)}
 
     def end(self, reason: str = "") -> None:

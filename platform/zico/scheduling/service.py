@@ -283,7 +283,7 @@ class Scheduler:
             rooms.remove(fit)
             busy.append((str(fit.device), float(fit.device.budget_bytes), f"profiling job {job.pk}"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
-            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
+            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
                                                "budget_bytes": fit.device.budget_bytes}))
         opened = Placement.open_many(groups, profiling=True) if groups else []
         for (device, [job], _), got in zip(groups, opened):

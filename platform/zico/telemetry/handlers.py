@@ -201,8 +201,7 @@ def on_job_delay(msg: dict[str, Any], r) -> None:
         return
     details = {"placement": msg.get("placement"), "iteration": msg.get("iteration"),
                "delays": int(msg.get("delays", 1)), "delay_s": float(msg.get("delay_s", 0.0)),
-               "delay_max_s": float(msg.get("delay_max_s", msg.get("delay_s", 0.0))),
-               "reason": str(msg.get("reason", ""))[:500]}
+               "delay_max_s": float(msg.get("delay_max_s", msg.get("delay_s", 0.0)))}
     updated = Event.objects.filter(job=job, kind=Event.Kind.DELAY,
                                    details__placement=details["placement"]).update(details=details)
     if not updated:
