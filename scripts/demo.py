@@ -198,7 +198,8 @@ def main() -> None:
     solo_reserved = sum(reserved)
     row = Device.objects.filter(node__host=host, kind="cpu", index=0).first()  # its headroom is the row's
     headroom = DEFAULT_GATE_HEADROOM if row is None else row.gate_headroom
-    planned = [planning_curve(with_held_peak(c, r)) for c, r in zip(curves, reserved)]  # Note [One planning rule]
+    stored = [with_held_peak(c, r) for c, r in zip(curves, reserved)]  # as the worker stores a profile
+    planned = [planning_curve(c) for c in stored]  # as the scheduler and the gate plan it (Note [One planning rule])
     policy = make_policy()  # the scheduler's own policy, with its slowdown limit (ZICO_MAX_SLOWDOWN)
     shares = [compute_share(c) for c in curves]
     choice = choose_budget(policy, planned, shares, reserved, math.ceil(held_floor(planned, headroom)),
@@ -242,9 +243,10 @@ def main() -> None:
         ids.append(job["id"])
         log(f"submitted job {job['id']}: {spec['name']} ({spec['workload']}, {spec['params']}) -> {job['status']}")
 
-    # The solo profiles measured above are this machine's allocator-trace curves of exactly these jobs:
-    # store them, so both jobs are ready together and the scheduler can place them as one group.
-    for jid, curve in zip(ids, curves):
+    # The solo profiles measured above are this machine's allocator-trace curves of exactly these jobs, with the
+    # bytes the pool held for each: store them, so both jobs are ready together and the scheduler can place them
+    # as one group, planning them as chosen above.
+    for jid, curve in zip(ids, stored):
         MemoryProfile.record(Job.objects.get(pk=jid), curve)
     log("stored each job's solo profile")
     log("starting the scheduler")
