@@ -32,7 +32,7 @@ room, and the allocator's budget (and its deadlock rule) still bounds what it ta
 is recorded as a delay with reason ``"alone"`` (or ``"infeasible"`` if it first had to wait for
 others to finish). Jobs behind it in the line wait (reason ``"line"``) until it has started, so
 it is not starved by others that fit and keep starting. Found on an H200: a worker's gate plans
-15 % below the device budget (Note [Gate headroom] in workers.device), and GPT-2 small's peak fell
+its gate headroom below the device budget (Note [One planning rule] in placement.gating), and GPT-2 small's peak fell
 between the two, so its first iteration waited forever.
 """
 from __future__ import annotations
@@ -141,7 +141,7 @@ class Coordinator:
     # -- membership and settings ------------------------------------------------------
     def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None,
                 *, loaded: bool = False) -> None:
-        """Add a job. It holds nothing until its first admitted iteration, which must load its
+        """Add a job with its planning curve (``placement.gating.planning_curve``). It holds nothing until its first admitted iteration, which must load its
         persistent state (call :meth:`wait_to_start` before putting the model and optimizer on
         the device); from then on it holds at least its persistent bytes. ``loaded=True`` says it
         already holds them (they were allocated before joining, ungated). ``iteration_s``: its

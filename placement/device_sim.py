@@ -21,6 +21,9 @@ in-flight job is slowed by the *same* factor, the real timeline is a time-warp o
 coordinator predicts with solo iteration times, so coordinated runs never exceed the budget
 (up to the gating bins' conservatism, which only adds headroom). A job waiting at its gate does
 not compute. The shares are inputs (measure them with NVML utilisation on a GPU host).
+The coordinator gates each job with its planning curve (``placement.gating.planning_curve``, Note [One
+planning rule]) against the whole budget: a simulated device holds exactly its jobs' curves (no pool overhead,
+no cache left behind), so it keeps no gate headroom.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import numpy as np
 
 from .coordinator import Coordinator, Decision
 from .curves import MemoryCurve
+from .gating import planning_curve
 from .pacing import Pacer
 from .state import Job
 
@@ -166,8 +170,11 @@ class DeviceRun:
     # -- membership ---------------------------------------------------------------------
     def add_job(self, job: Job, iterations: int | None = None) -> None:
         """Place ``job`` here now; it asks to start its first iteration at once."""
-        make = Pacer if isinstance(self.gate, Coordinator) else _Direct
-        r = _Run(job, int(iterations or job.iterations), make(self.gate, job.id, job.curve), started_s=self.now)
+        if isinstance(self.gate, Coordinator):  # gated with the one planning rule (Note [One planning rule])
+            pacer = Pacer(self.gate, job.id, planning_curve(job.curve))
+        else:
+            pacer = _Direct(self.gate, job.id, job.curve)
+        r = _Run(job, int(iterations or job.iterations), pacer, started_s=self.now)
         self.jobs[job.id] = r
         self._call(r, "join")
         self._poll(force=True)

@@ -59,74 +59,74 @@ LEAST_START_CHUNK = 64
 # Most entries of an iteration-bins memo (cached_iteration_bins) before it is emptied.
 BINS_CACHE_MAX = 256
 
-# Share of a device's budget the worker's coordinator leaves for the allocator's own overhead
-# (block rounding, partly used segments): it gates co-located jobs against (1 - this) x budget.
-# See Note [Gate headroom] in workers.device; the scheduler plans groups against the same share.
-DEFAULT_GATE_HEADROOM = 0.15
-# Note [Headroom from the jobs' own overhead]
-# The coordinator plans *allocated* bytes against (1 - headroom) x budget while the budget bounds *reserved*
-# bytes, so for a known group the headroom must at least cover the pool's overhead its jobs showed alone
-# (1 - allocated/reserved over their solo peaks), plus a margin. Measured on the demo pair (jobs reserving
-# 1.27x what they allocate): at a headroom of 0.2 a run reached 320 MiB reserved under a 304 MiB budget (a
-# deadlock grant); with a margin of 0.05 (headroom 0.265, a 292 MiB budget) one run of five still reached
-# 296 MiB (the pair's partly used segments could not be returned). With each job in its own process the
-# overheads add up (no segment is shared), which the solo figures already show.
-MIN_GATE_HEADROOM = 0.2
-GATE_HEADROOM_MARGIN = 0.15
-
-
-def overhead_headroom(allocated_peaks_bytes: float, reserved_peaks_bytes: float) -> float:
-    """The gate headroom for a group whose solo peaks sum to ``allocated_peaks_bytes`` allocated and
-    ``reserved_peaks_bytes`` reserved (bytes): ``max(0.2, 1 - allocated/reserved + 0.15)``, rounded to 0.001
-    (Note [Headroom from the jobs' own overhead]). Raises ValueError unless 0 < allocated <= reserved... or
-    reserved > 0 (a pool never reserves less than it allocates; a smaller figure is a measuring error)."""
-    if not reserved_peaks_bytes > 0 or not allocated_peaks_bytes > 0:
-        raise ValueError(f"peaks must be positive byte counts, got {allocated_peaks_bytes!r} allocated, "
-                         f"{reserved_peaks_bytes!r} reserved")
-    ratio = min(1.0, allocated_peaks_bytes / reserved_peaks_bytes)
-    return round(min(0.9, max(MIN_GATE_HEADROOM, 1 - ratio + GATE_HEADROOM_MARGIN)), 3)
-
-
-# Note [Planning with held bytes]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Note [One planning rule]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
 # The budget bounds the bytes the pool has *granted* (held: a job's segments, cached blocks included); a curve
-# counts *allocated* bytes. ``workers.colocate`` and the real-run experiment (workers.bench.experiment, mode d)
-# plan with one rule, ``held_curve`` + ``HELD_GATE_HEADROOM``:
+# counts *allocated* bytes. Every planner of a group (the scheduler's policy, the device worker's coordinator,
+# the simulator, workers.colocate and the real-run experiment) plans with one rule, ``planning_curve`` against
+# ``(1 - gate headroom) x budget``:
 #
-# 1. Held bytes: every point of the job's curve, and its persistent bytes, raised by its solo pool overhead
-#    (its solo held peak less its allocated peak), so the curve counts what the budget counts.
+# 1. Held bytes: every point of the job's curve, and its persistent bytes, raised by its pool overhead, the held
+#    peak stored with the curve (``meta["held_peak_bytes"]``: the peak bytes its own pool held while its profile
+#    was measured, written by the worker) less its allocated peak, so the curve counts what the budget counts.
+#    Each job runs in its own process with its own segments, so the overheads add up, as the solo figures show.
 # 2. At its peak from its backward mark: the coordinator's pacer (placement.pacing) holds a job at its peak
 #    during its forward pass and, at the ``backward`` mark, re-anchors it at its curve's peak. A job whose peak
 #    comes later, inside its backward pass (resnet18 on CPU: backward at 0.35 of the iteration, the peak at
 #    0.71, gradients piling up as activations go), was then seen 0.37 of an iteration further on than it was,
 #    already falling while it still rose, and a neighbour was let in beside its real peak: both jobs waited for
 #    memory at once and the agent's deadlock rule granted past the budget (7-23 grants per run of resnet18 +
-#    tiny-lm at the floor of rule 1 with a 0.05 headroom; 10-18 at 0.10). So the curve holds its peak from the
-#    step of its backward mark (``meta["phase_fractions"]["backward"]``, written by the allocator-trace
+#    tiny-lm at the floor of this rule with a 0.05 headroom; 10-18 at 0.10). So the curve holds its peak from
+#    the step of its backward mark (``meta["phase_fractions"]["backward"]``, written by the allocator-trace
 #    profile) up to the peak: the first peak point is then the backward mark, and the pacer's anchor is right.
-# 3. ``HELD_GATE_HEADROOM`` of the budget left for what the solo figures do not show: a neighbour's cache that
-#    the agent does not take back (it reclaims for a waiter only from a job holding at least as much, or held at
-#    its gate) and a loaded machine's timing. Measured on resnet18 + tiny-lm at the floor this rule gives, 2
-#    shared cores at load 7-17: 0 grants past the budget in 3 of 3 runs at 0.10, grants in 1 of 4 runs at 0.05.
+# 3. The gate headroom, ``DEFAULT_GATE_HEADROOM`` of the budget unless the device's row says otherwise
+#    (``Device.gate_headroom``, seeded by the worker's ``--gate-headroom``), left for what the solo figures do
+#    not show: a neighbour's cache that the agent does not take back (it reclaims for a waiter only from a job
+#    holding at least as much, or held at its gate) and a loaded machine's timing. Measured on resnet18 +
+#    tiny-lm at the floor this rule gives, 2 shared cores at load 7-17: 0 grants past the budget in 3 of 3 runs
+#    at 0.10, grants in 1 of 4 runs at 0.05.
 #
-# The least budget this rule can plan is ``held_floor``: ``minimal_feasible_budget`` of the held curves over
-# ``1 - HELD_GATE_HEADROOM``. (The device worker does not know a stored curve's held peak: it plans stored
-# allocated curves against ``1 - gate_headroom`` of the budget, its ``--gate-headroom``, default
-# DEFAULT_GATE_HEADROOM (Note [Gate headroom] in workers.device). ``overhead_headroom`` gives the headroom a
-# group's own overhead calls for; for this pair that rule's floor is above the sum of the solo held peaks.)
-HELD_GATE_HEADROOM = 0.10
+# Fallback: a curve without a stored held peak (an estimate, a PyTorch snapshot, a curve stored before the
+# worker recorded it, a simulated job) is planned with no pool overhead (its allocated bytes); only the gate
+# headroom covers its overhead, so such a group is planned tighter than a measured one. The least budget this
+# rule can plan is ``held_floor``: ``minimal_feasible_budget`` of the planning curves over ``1 - headroom``.
+DEFAULT_GATE_HEADROOM = 0.10
+# The curve meta key holding the peak bytes the job's own pool held while its profile was measured.
+HELD_PEAK_KEY = "held_peak_bytes"
 
 
-def held_curve(curve: MemoryCurve, held_peak_bytes: float) -> MemoryCurve:
-    """``curve`` (allocated bytes) as the gate plans it under a held-byte budget (Note [Planning with held
-    bytes]): every point and the persistent bytes raised by ``max(0, held_peak_bytes - peak)``, then its peak
-    held from the step holding its backward mark (``meta["phase_fractions"]["backward"]``, when the curve has one
-    before its peak) up to the peak. Bytes in, a new curve out, ``meta`` gaining ``held_overhead_bytes`` and
-    ``peak_from_fraction`` (where the held peak now begins). Raises ValueError for a negative or non-finite
-    ``held_peak_bytes``."""
-    if not (isinstance(held_peak_bytes, (int, float)) and math.isfinite(held_peak_bytes) and held_peak_bytes >= 0):
+def with_held_peak(curve: MemoryCurve, held_peak_bytes: float) -> MemoryCurve:
+    """``curve`` with the peak bytes its pool held while it was measured stored in ``meta["held_peak_bytes"]``
+    (an int, never below the curve's allocated peak: a pool never holds less than it hands out), the figure
+    :func:`planning_curve` reads. Raises ValueError for a negative or non-finite ``held_peak_bytes``."""
+    if isinstance(held_peak_bytes, bool) or not (isinstance(held_peak_bytes, (int, float))
+                                                 and math.isfinite(held_peak_bytes) and held_peak_bytes >= 0):
         raise ValueError(f"held_peak_bytes must be a finite byte count >= 0, got {held_peak_bytes!r}")
-    extra = max(0.0, float(held_peak_bytes) - curve.peak_bytes)
+    held = int(max(round(held_peak_bytes), math.ceil(curve.peak_bytes)))
+    return MemoryCurve(fractions=curve.fractions.copy(), bytes=curve.bytes.copy(), iteration_s=curve.iteration_s,
+                       persistent_bytes=curve.persistent_bytes, source=curve.source, device=curve.device,
+                       meta={**curve.meta, HELD_PEAK_KEY: held})
+
+
+def stored_held_peak(curve: MemoryCurve) -> float | None:
+    """The held peak stored with ``curve`` (bytes), or None when it has none or an unusable one (then
+    :func:`planning_curve` falls back to the allocated curve, Note [One planning rule])."""
+    v = curve.meta.get(HELD_PEAK_KEY)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
+
+
+def planning_curve(curve: MemoryCurve) -> MemoryCurve:
+    """The curve the gate plans ``curve`` (a stored profile: allocated bytes, its held peak in ``meta``) with, the
+    one planning rule (Note [One planning rule]): every point and the persistent bytes raised by the stored pool
+    overhead ``max(0, held_peak_bytes - peak)`` (none without a stored held peak), then its peak held from the
+    step holding its backward mark (``meta["phase_fractions"]["backward"]``, when the curve has one before its
+    peak) up to the peak. Bytes in, a new curve out, ``meta`` gaining ``held_overhead_bytes`` (the bytes added:
+    this curve's share of the headroom over its allocated bytes) and ``peak_from_fraction`` (where the held peak
+    begins). Pure; the same stored curve gives the same planning curve on every side."""
+    held = stored_held_peak(curve)
+    extra = 0.0 if held is None else max(0.0, held - curve.peak_bytes)
     f = curve.fractions
     b = curve.bytes + extra
     peak = int(b.argmax())
@@ -141,13 +141,18 @@ def held_curve(curve: MemoryCurve, held_peak_bytes: float) -> MemoryCurve:
                              "peak_from_fraction": float(f[peak])})
 
 
-def held_floor(held_curves: Sequence[MemoryCurve], headroom: float = HELD_GATE_HEADROOM) -> float:
-    """The least budget (bytes) under which the gate can plan ``held_curves`` (from :func:`held_curve`) with
-    ``headroom``: ``minimal_feasible_budget(held_curves) / (1 - headroom)``. Raises ValueError unless
+def gate_share(headroom: float) -> float:
+    """The share of the budget the gate plans with, ``1 - headroom``. Raises ValueError unless 0 <= headroom < 1."""
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0.0 <= headroom < 1.0:
+        raise ValueError(f"gate headroom must lie in [0, 1), got {headroom!r}")
+    return 1.0 - float(headroom)
+
+
+def held_floor(planning_curves: Sequence[MemoryCurve], headroom: float = DEFAULT_GATE_HEADROOM) -> float:
+    """The least budget (bytes) under which the gate can plan ``planning_curves`` (from :func:`planning_curve`)
+    with ``headroom``: ``minimal_feasible_budget(planning_curves) / (1 - headroom)``. Raises ValueError unless
     0 <= headroom < 1."""
-    if not 0.0 <= headroom < 1.0:
-        raise ValueError(f"headroom must lie in [0, 1), got {headroom!r}")
-    return minimal_feasible_budget(held_curves) / (1.0 - headroom)
+    return minimal_feasible_budget(planning_curves) / gate_share(headroom)
 
 
 @dataclass(frozen=True)

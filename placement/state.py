@@ -170,7 +170,8 @@ class SharingPlan:
             ``"gating"`` (unequal iteration times, or no fixed shift fits: the coordinator gates
             every iteration start).
         shifts_s: per job, the offset of its iteration starts in seconds (``"shift"`` mode;
-            zeros otherwise).
+            zeros otherwise). The shift search's answer, behind ``mode`` and the predicted peak; not stored:
+            the worker's coordinator finds each job's delay live (Note [Gating rule]), so nothing reads it.
         predicted_peak_bytes: predicted combined peak; always <= ``budget_bytes``.
         predicted_slowdown: per job, predicted co-located iteration time over solo iteration
             time (contention factor times added gating delay).
@@ -191,12 +192,12 @@ class SharingPlan:
         return self.sum_of_peaks_bytes - self.predicted_peak_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (stored with a placement; read by the GPU worker)."""
+        """JSON-ready form (stored with a placement, shown on the job page, sent to the worker), without
+        ``shifts_s`` (see above)."""
         return {
             "budget_bytes": int(round(self.budget_bytes)),  # rounded like the predicted peak, which never exceeds it
             "job_ids": list(self.job_ids),
             "mode": self.mode,
-            "shifts_s": [float(s) for s in self.shifts_s],
             "predicted_peak_bytes": int(round(self.predicted_peak_bytes)),
             "predicted_slowdown": [round(float(s), 4) for s in self.predicted_slowdown],
             "sum_of_peaks_bytes": int(round(self.sum_of_peaks_bytes)),

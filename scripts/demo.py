@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,8 +41,8 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
 # Solo profiles: steady iterations per job; the curve's iteration time is their median, so one iteration slowed
 # by other work on the machine does not skew the plan (Note [Averaging iterations] in zico_workloads/curves/trace.py).
 PROFILE_STEADY = 8
-# The demo worker's --gate-headroom comes from these jobs' own pool overhead (placement.gating.overhead_headroom,
-# Note [Headroom from the jobs' own overhead]); the scheduler plans their group with the same share.
+# The demo plans these jobs as the scheduler and the worker will: each solo curve stored with its held peak and
+# planned by placement.gating.planning_curve against the device row's gate headroom (Note [One planning rule]).
 # Note [The demo's slowdown limit]
 #   The scheduler co-locates jobs only where its plan predicts no job slows by more than ZICO_MAX_SLOWDOWN
 #   (default 1.6x: beyond that a tenant's job would do better waiting for a device of its own). On 2 CPU
@@ -168,8 +169,7 @@ def main() -> None:
     from zico.telemetry.models import TimelinePoint
     from zico.tenants.models import ApiToken
     from zico.tenants.services import DEMO_USERNAME
-    from placement.gating import overhead_headroom
-    from workers.colocate import feasible_floor
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve, with_held_peak
 
     var_dir = Path(settings.VAR_DIR)
     run_dir = var_dir / "run"
@@ -196,14 +196,18 @@ def main() -> None:
             "(Note [The demo's slowdown limit] in scripts/demo.py)")
     solo_sum = sum(c.peak_bytes for c in curves)  # allocated
     solo_reserved = sum(reserved)
-    headroom = overhead_headroom(solo_sum, solo_reserved)
+    row = Device.objects.filter(node__host=host, kind="cpu", index=0).first()  # its headroom is the row's
+    headroom = DEFAULT_GATE_HEADROOM if row is None else row.gate_headroom
+    stored = [with_held_peak(c, r) for c, r in zip(curves, reserved)]  # as the worker stores a profile
+    planned = [planning_curve(c) for c in stored]  # as the scheduler and the gate plan it (Note [One planning rule])
     policy = make_policy()  # the scheduler's own policy, with its slowdown limit (ZICO_MAX_SLOWDOWN)
     shares = [compute_share(c) for c in curves]
-    choice = choose_budget(policy, curves, shares, reserved, feasible_floor(curves, reserved), 1 - headroom)
+    choice = choose_budget(policy, planned, shares, reserved, math.ceil(held_floor(planned, headroom)),
+                           gate_share(headroom))
     budget, capacity = choice.budget_bytes, choice.capacity_bytes
     log(f"sum of solo peaks: {mib(solo_sum)} allocated, {mib(solo_reserved)} reserved; feasible floor "
-        f"{mib(choice.floor_bytes)}; the coordinator plans allocated bytes against {1 - headroom:.3f} of the budget "
-        f"(gate headroom {headroom:g}: the pool reserved {solo_reserved / solo_sum:.2f}x what these jobs allocated)")
+        f"{mib(choice.floor_bytes)}; the coordinator plans each curve raised by its pool overhead against "
+        f"{gate_share(headroom):.2f} of the budget (the device's gate headroom {headroom:g})")
     if choice.plan is None:
         log(f"the scheduler's policy (slowdown limit {policy.max_slowdown:g}x) co-locates this pair under no budget "
             f"below the sum of their solo peaks; running at {mib(budget)}, where they would have to share, to show what it does")
@@ -217,7 +221,7 @@ def main() -> None:
     procs = {
         "consumer": start("consumer", [py, "manage.py", "runconsumer"], run_dir, var_dir),
         "worker": start("worker", [py, "-m", "workers.bootstrap", "--kind", "cpu", "--capacity", str(capacity),
-                                   "--budget", str(budget), "--slots", "2", "--gate-headroom", str(headroom)],
+                                   "--budget", str(budget), "--slots", "2"],
                         run_dir, var_dir),
     }
     device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(  # this worker's capacity
@@ -239,9 +243,10 @@ def main() -> None:
         ids.append(job["id"])
         log(f"submitted job {job['id']}: {spec['name']} ({spec['workload']}, {spec['params']}) -> {job['status']}")
 
-    # The solo profiles measured above are this machine's allocator-trace curves of exactly these jobs:
-    # store them, so both jobs are ready together and the scheduler can place them as one group.
-    for jid, curve in zip(ids, curves):
+    # The solo profiles measured above are this machine's allocator-trace curves of exactly these jobs, with the
+    # bytes the pool held for each: store them, so both jobs are ready together and the scheduler can place them
+    # as one group, planning them as chosen above.
+    for jid, curve in zip(ids, stored):
         MemoryProfile.record(Job.objects.get(pk=jid), curve)
     log("stored each job's solo profile")
     log("starting the scheduler")

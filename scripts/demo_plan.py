@@ -24,7 +24,7 @@ MIB = 1 << 20
 #   (GRID_STEP apart), and takes the accepted budget MARGIN of the way from the lowest accepted one to
 #   that sum: below the sum (so the jobs must share), above the scheduler's threshold (so it co-locates
 #   them), with room left for the pool's overhead in the real run. Only plans that must hold a job back
-#   count (mode "gating" or "shift"): at a budget whose group share holds both allocated peaks at once the
+#   count (mode "gating" or "shift"): at a budget whose group share holds both planning peaks at once the
 #   plan is "independent" and nothing would be shared but the pool's cached blocks. The scheduler later decides on
 #   exactly these curves and this budget, so its decision is the one computed here; the demo checks
 #   that again on the real database snapshot before it starts the scheduler.

@@ -47,10 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=parse_bytes, default=None, help="initial budget in bytes (default: total)")
     p.add_argument("--host", default=None, help="host name in queue names (default: ZICO_HOST)")
     p.add_argument("--checkpoint-every", type=float, default=5.0, help="seconds between job checkpoints")
-    p.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM,
-                   help="share of the budget the coordinator keeps free for the pool's overhead (default "
-                        f"{DEFAULT_GATE_HEADROOM}; registered with the device, the scheduler plans its groups "
-                        "against the rest)")
+    p.add_argument("--gate-headroom", type=float, default=None,
+                   help="share of the budget the coordinator keeps free, for a new device row (default "
+                        f"{DEFAULT_GATE_HEADROOM}); like --budget it only seeds the row: the worker then uses the "
+                        "row's figure, and the scheduler plans the device's groups against the rest")
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     if args.kind == "cpu" and not args.capacity:
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--slots must be >= 1")
     if args.index < 0:
         p.error("--index must be >= 0")
-    if not 0 <= args.gate_headroom < 1:
+    if args.gate_headroom is not None and not 0 <= args.gate_headroom < 1:
         p.error("--gate-headroom must lie in [0, 1)")
     return args
 
@@ -91,6 +91,7 @@ def start_device(config) -> None:
     """Describe the device, start its coordinator and agent (the pool), the reporter, and register."""
     global _reporter
     from placement.coordinator import Coordinator
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 
     from .agent import AgentSettings, DeviceAgent
     from .device import DeviceRuntime, describe, set_runtime
@@ -99,7 +100,8 @@ def start_device(config) -> None:
 
     info = describe(config)
     budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
-    coordinator = Coordinator(config.gate_fraction * budget)  # Note [Gate headroom] (workers.device)
+    headroom = DEFAULT_GATE_HEADROOM if config.gate_headroom is None else config.gate_headroom
+    coordinator = Coordinator(gate_share(headroom) * budget)  # the row's headroom follows (Reporter.tick)
     agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env())
     link = Link(config.redis_url, config.device)
     rt = DeviceRuntime(config, info, agent, link)

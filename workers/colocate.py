@@ -4,8 +4,7 @@ The device worker's machinery without Redis or a database, for the GPU check scr
 each job profiled alone in this process through the allocator (its allocator-trace curve: solo peak and
 iteration time), then all jobs run together — each as its own process (``python -m workers.jobproc``) under
 one device agent (:mod:`workers.agent`: the agent pool, memfd chunks on CPU and VMM chunks on CUDA), gated by one
-coordinator planning held-byte curves (Note [Planning with held bytes] in placement.gating, the rule of the
-real-run experiment's mode d) — under ``budget = fraction x sum of solo peaks`` (at least the least budget that
+coordinator planning with the device worker's rule (Note [One planning rule] in placement.gating) — under ``budget = fraction x sum of solo peaks`` (at least the least budget that
 rule can plan, ``placement.gating.held_floor``; the report says which applied), their first iterations
 released together once every job is ready (startup is not what is shared). A job that fails (crash,
 error) is recorded with its ``status`` and reason; the others run on. Figures, as in the demo: per-job peaks,
@@ -132,17 +131,6 @@ def solo_profile(key: str, params: dict[str, Any], device: str, data_dir, job_id
     return curve, max(reserved, int(curve.peak_bytes))
 
 
-def feasible_floor(curves, reserved_peaks: list[int], margin: float = 1.05) -> int:
-    """Least budget (bytes) under which each job can run its iteration with the others idle, counting the
-    pool's overhead: ``margin x max_i(reserved_peak_i + sum_{j != i} persistent_j)`` (the gating rule's
-    minimal feasible budget, Note [Gating rule] in placement.gating, with reserved instead of allocated peaks).
-    The demo's floor (scripts/demo.py, whose device worker plans allocated curves); :func:`run` plans held-byte
-    curves and uses ``placement.gating.held_floor``.
-    """
-    persistent = sum(c.persistent_bytes for c in curves)
-    return int(margin * max(r + persistent - c.persistent_bytes for c, r in zip(curves, reserved_peaks)))
-
-
 def _install(za, device: str, capacity: int | None) -> Any:
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
@@ -158,10 +146,11 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         threads: int | None = None) -> dict[str, Any]:
     """Profile each job alone, then run them together under the budget; returns the report dict.
 
-    The gate plans each job's held-byte curve (``placement.gating.held_curve``: its allocated curve raised by
-    its solo pool overhead, held at its peak from its backward mark) against ``(1 - gate_headroom) x budget``,
-    ``gate_headroom`` None meaning ``placement.gating.HELD_GATE_HEADROOM`` (Note [Planning with held bytes]),
-    the rule the real-run experiment's mode (d) uses too; the floor is ``placement.gating.held_floor``. The
+    Each job's curve is stored with its solo held peak as the device worker stores a profile
+    (``placement.gating.with_held_peak``), and the gate plans it as the device worker does, with
+    ``placement.gating.planning_curve`` (Note [One planning rule]) against ``(1 - gate_headroom) x budget``,
+    ``gate_headroom`` None meaning ``placement.gating.DEFAULT_GATE_HEADROOM``; the floor is
+    ``placement.gating.held_floor``. The
     co-located pool's capacity is ``capacity`` when given, else (CPU) halfway from the budget to the sum of
     the solo reserved peaks: room for the deadlock rule, still below that sum. ``threads`` (CPU): intra-op
     threads of the solo profiles and of every job process (``OMP_NUM_THREADS``), None leaving torch's
@@ -211,12 +200,12 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
                      "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
                      "peak_reserved_bytes_solo": reserved_peak})
     solo_sum = sum(c.peak_bytes for c in curves)
-    from placement.gating import HELD_GATE_HEADROOM, held_curve, held_floor
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve, with_held_peak
 
-    if gate_headroom is None:  # Note [Planning with held bytes] in placement.gating
-        gate_headroom = HELD_GATE_HEADROOM
-    held = [held_curve(c, s["peak_reserved_bytes_solo"]) for c, s in zip(curves, solo)]
-    floor = held_floor(held, gate_headroom)  # the least budget the gate can plan, its headroom left free
+    if gate_headroom is None:  # Note [One planning rule] in placement.gating
+        gate_headroom = DEFAULT_GATE_HEADROOM
+    stored = [with_held_peak(c, s["peak_reserved_bytes_solo"]) for c, s in zip(curves, solo)]  # as a profile is
+    floor = held_floor([planning_curve(c) for c in stored], gate_headroom)  # the least budget the gate can plan
     budget = int(max(budget_fraction * solo_sum, floor))
     gc.collect()  # the profiled models hold reference cycles; free them before the budget applies
     if device.startswith("cuda"):
@@ -224,7 +213,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     za.empty_cache(device=adev)
     leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
     # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
-    # (python -m workers.jobproc), gated by one coordinator planning the held-byte curves below the budget. The
+    # (python -m workers.jobproc), gated by one coordinator planning each job's planning curve below the budget. The
     # agent holds every job's first iteration until all are ready (as the real-run experiment's does): a job
     # that imports and builds faster would otherwise run much of its course alone, and nothing is shared.
     from .agent import JobRun
@@ -233,7 +222,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
     agent = ExperimentAgent(device, pool_capacity if device == "cpu" else None, budget,
-                            Coordinator((1 - gate_headroom) * budget), agent_settings)
+                            Coordinator(gate_share(gate_headroom) * budget), agent_settings)
     agent.expect(range(1, len(jobs) + 1))
     lines = {n: Timeline() for n in range(1, len(jobs) + 1)}
     results: dict[int, dict[str, Any]] = {}
@@ -272,7 +261,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         results[job_id] = r
 
     threads = [threading.Thread(target=one, args=(n, key, params, c), name=f"job-{n}")
-               for n, ((key, params), c) in enumerate(zip(jobs, held), start=1)]
+               for n, ((key, params), c) in enumerate(zip(jobs, stored), start=1)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -290,7 +279,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "device": device, "torch": torch.__version__, "iterations": iterations, "budget_bytes": budget,
         "budget_fraction": budget_fraction, "minimal_feasible_budget_bytes": int(floor),
         "capacity_bytes": int(pool_capacity) if device == "cpu" else None, "gate_headroom": gate_headroom,
-        "planning": "held-byte curves (placement.gating.held_curve)",
+        "planning": "placement.gating.planning_curve of each stored curve",
         "agent_pid": os.getpid(),  # this process holds the device agent; each job's ``pid`` is its own process
         # which rule set the budget: the fraction of the solo peaks, or the feasible floor above it
         "fraction_budget_bytes": int(budget_fraction * solo_sum),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from placement.gating import DEFAULT_GATE_HEADROOM
+from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 from zico_contracts import keys
 
 from .link import Link
@@ -38,20 +38,9 @@ class WorkerConfig:
         data_dir: where workloads read data (settings ZICO_DATA_DIR).
         checkpoint_every_s: seconds of training between checkpoints.
         var_dir: where the device lock lives (settings VAR_DIR, ``$ZICO_VAR_DIR``).
-        gate_headroom: share of the budget the coordinator leaves for the pool's overhead.
-
-    Note [Gate headroom]
-        The coordinator plans with memory curves of *allocated* bytes, while the allocator's budget bounds
-        *reserved* bytes (allocated plus block rounding and partly used segments). If the coordinator let
-        the jobs' allocated bytes reach the budget, the pool's overhead would push reserved over it and
-        allocations would wait or fail. So the coordinator plans against ``(1 - gate_headroom) x budget``
-        (default 15 %, about the overhead measured on the CPU pool for the demo jobs: reserved peaks 20-40 %
-        above allocated peaks for single jobs, ~7 % for the pair); the allocator still enforces the whole
-        budget as the safety net. Jobs whose pool overhead is larger need a larger headroom
-        (``placement.gating.overhead_headroom``): three small plain scripts whose 20 MiB segments held 1.22-1.33x
-        what they allocated call for 0.341, and with 0.15, under a budget below the sum of their allocated
-        peaks, one waited 30 s for room and was refused, or the deadlock rule granted past the budget
-        (tests/integration/test_scripts_colocated_through_the_cli.py restarts its worker with 0.341).
+        gate_headroom: the gate headroom a new device row is seeded with (``--gate-headroom``); None: the
+            default. The row owns it, as it owns the budget: the worker registers the seed and then applies the
+            row's figure (:meth:`DeviceRuntime.set_gate_headroom`, Note [One planning rule] in placement.gating).
     """
 
     kind: str
@@ -65,12 +54,7 @@ class WorkerConfig:
     data_dir: Path
     checkpoint_every_s: float = 5.0
     var_dir: Path | None = None
-    gate_headroom: float = DEFAULT_GATE_HEADROOM  # 0.15; sent in worker_up, the scheduler plans groups with it
-
-    @property
-    def gate_fraction(self) -> float:
-        """Share of the device budget the coordinator plans with (Note [Gate headroom])."""
-        return 1.0 - self.gate_headroom
+    gate_headroom: float | None = None  # seeds a new device row (worker_up); the row's figure is the one used
 
     @property
     def device(self) -> str:
@@ -95,6 +79,7 @@ class DeviceRuntime:
         self.link = link
         self.pid = os.getpid()
         self.budget_bytes = config.budget_bytes or info.total_bytes
+        self.gate_headroom = DEFAULT_GATE_HEADROOM if config.gate_headroom is None else config.gate_headroom
 
     @property
     def device(self) -> str:
@@ -120,15 +105,24 @@ class DeviceRuntime:
         log.info("device %s: budget %d -> %d bytes", self.device, self.budget_bytes, budget_bytes)
         self.agent.set_budget(int(budget_bytes))
         if self.coordinator is not None:
-            self.coordinator.set_budget(self.config.gate_fraction * int(budget_bytes))
+            self.coordinator.set_budget(gate_share(self.gate_headroom) * int(budget_bytes))
         self.budget_bytes = int(budget_bytes)
 
+    def set_gate_headroom(self, headroom: float) -> None:
+        """Apply the device row's gate headroom (in [0, 1)): the coordinator plans against the rest of the
+        budget (Note [One planning rule] in placement.gating). Raises ValueError outside [0, 1)."""
+        share = gate_share(headroom)
+        log.info("device %s: gate headroom %g -> %g", self.device, self.gate_headroom, headroom)
+        self.gate_headroom = float(headroom)
+        if self.coordinator is not None:
+            self.coordinator.set_budget(share * self.budget_bytes)
+
     def registration(self) -> dict[str, Any]:
-        """The ``worker_up`` message body: device facts, pid, slots, budget, and the gate headroom
-        (the scheduler plans this device's groups against the share its coordinator gates with)."""
+        """The ``worker_up`` message body: device facts, pid, slots, budget, and the ``--gate-headroom`` seed when
+        given (budget and headroom only seed a new device row: the row's figures are the ones used)."""
+        seed = {} if self.config.gate_headroom is None else {"gate_headroom": self.config.gate_headroom}
         return {**self.info.to_dict(), "host": self.config.host, "pid": self.pid,
-                "slots": self.config.slots, "budget_bytes": self.budget_bytes,
-                "gate_headroom": self.config.gate_headroom}
+                "slots": self.config.slots, "budget_bytes": self.budget_bytes, **seed}
 
 
 _runtime: DeviceRuntime | None = None

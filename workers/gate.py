@@ -35,7 +35,8 @@ class Gate:
     """Couples one job to the device's coordinator (or to nothing when the job has no curve).
 
     ``rt.coordinator``: the device's Coordinator or None; ``rt.link.stop_requested(job, placement)``: a cancel
-    or abort status, else None; ``spec.curve``: the job's curve as the contract's dict, or None. Raises
+    or abort status, else None; ``spec.curve``: the job's stored curve as the contract's dict, or None (the gate
+    plans with its ``placement.gating.planning_curve``). Raises
     CurveError naming the bad field of a malformed curve.
     """
 
@@ -46,8 +47,9 @@ class Gate:
         self._stop_check = lambda: rt.link.stop_requested(spec.job, spec.placement)
         if spec.curve is not None and self.coordinator is not None:
             from placement.curves import curve_from_dict
+            from placement.gating import planning_curve
 
-            self.curve = curve_from_dict(spec.curve)
+            self.curve = planning_curve(curve_from_dict(spec.curve))  # Note [One planning rule] in placement.gating
 
     @property
     def joined(self) -> bool:

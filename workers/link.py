@@ -120,6 +120,19 @@ class Link:
             log.warning("ignoring malformed budget %r in %s", value, keys.budget_key(self.device))
             return None
 
+    def gate_headroom_request(self) -> float | None:
+        """The gate headroom the device's row holds (a float in [0, 1)), or None when unset, malformed or Redis
+        is down."""
+        value = self._read(lambda: self.redis.get(keys.gate_headroom_key(self.device)))
+        try:
+            headroom = float(value) if value is not None else None
+        except ValueError:
+            headroom = -1.0
+        if headroom is not None and not 0 <= headroom < 1:
+            log.warning("ignoring malformed gate headroom %r in %s", value, keys.gate_headroom_key(self.device))
+            return None
+        return headroom
+
     def cancel_requested(self, job_id: int) -> bool:
         """True when the web side asked to cancel ``job_id`` (False if Redis is down: training goes on)."""
         return bool(self._read(lambda: self.redis.exists(keys.cancel_key(job_id))))

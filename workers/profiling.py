@@ -5,7 +5,8 @@ A catalog job's profile is the first ``warmup + steady`` iterations of the built
 (``workers.scriptproc`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
 through the allocator as a script's profile is (Note [A script's profile is the start of its run] there) and
 turned into a memory curve (DESIGN contract, source ``allocator-trace``; ``meta``: workload, params with the
-catalog's defaults, ``profile_s``). It runs in a job process of its own under the device agent, like every job,
+catalog's defaults, ``profile_s``, and ``held_peak_bytes``, the bytes its pool held at most, for the one planning
+rule: placement.gating). It runs in a job process of its own under the device agent, like every job,
 drawing on the device's pool under its budget, so a profile beside running jobs can neither crash the worker
 nor take memory the budget does not allow. (``workers.jobproc`` with a ``profile`` spec, which
 ``workers.colocate``, the real-run experiment and a host without a sandbox use, and ``python -m workers.curves
@@ -116,7 +117,8 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
         if result["status"] == "succeeded":
             result["curve"] = profiled_curve(dirs, spec.job, profile_fields["warmup"], rt.torch_device,
                                              {"workload": spec.workload, "params": proc_params(spec),
-                                              "profile_s": result.get("metrics", {}).get("run_s")})
+                                              "profile_s": result.get("metrics", {}).get("run_s")},
+                                             result.get("metrics", {}).get("peak_reserved_bytes"))
     except ValueError as exc:  # bad params, or a trace without a usable iteration
         result = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
     except (OSError, RuntimeError) as exc:

@@ -97,4 +97,7 @@ class Reporter(threading.Thread):
                 else:
                     log.warning("ignoring budget request of %d bytes on %s (total %d)", wanted, rt.device,
                                 rt.info.total_bytes)
+            headroom = rt.link.gate_headroom_request()  # the device row's, like its budget
+            if headroom is not None and headroom != rt.gate_headroom:
+                rt.set_gate_headroom(headroom)
         rt.link.flush()

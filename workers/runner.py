@@ -88,15 +88,13 @@ from .gate import DelayTally
 
 log = logging.getLogger(__name__)
 
-DELAY_REASON = "coordinator gate (time shift)"
 SUPERSEDE_WAIT_S = 60.0  # longest wait for a stale run or profile run of the job to end (SIGTERM, then SIGKILL)
 
 
 def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> None:
     """Send a run's delay totals so far (DelayTally.report) as one ``job_delay`` message, when there are new ones."""
     if totals is not None:
-        link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, reason=DELAY_REASON,
-                  **totals)
+        link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, **totals)
 
 
 def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
@@ -353,14 +351,18 @@ def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[d
     return figures, int(done) if done is not None else first
 
 
-def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any]) -> dict[str, Any]:
+def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any],
+                   held_peak_bytes: Any = None) -> dict[str, Any]:
     """The memory curve (DESIGN contract, source ``allocator-trace``) from the trace a script job's first
-    iterations left in its scratch dir (workers.scriptproc.PROFILE_TRACE). Raises ValueError saying why it is
+    iterations left in its scratch dir (workers.scriptproc.PROFILE_TRACE), with ``held_peak_bytes`` (the bytes
+    its pool held at most meanwhile, when known) stored in it for the one planning rule
+    (``placement.gating.with_held_peak``, Note [One planning rule]). Raises ValueError saying why the trace is
     missing or holds no usable iteration."""
     import json
     from types import SimpleNamespace
 
     from placement.curves import CurveError
+    from placement.gating import with_held_peak
     from workers.curves.capture import allocator_records_to_trace
     from zico_workloads.curves.trace import trace_curve
 
@@ -373,6 +375,8 @@ def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, 
         curve = trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
                             device=device if device == "cpu" else f"cuda:{device.partition(':')[2] or 0}",
                             meta=meta)
+        if isinstance(held_peak_bytes, int) and held_peak_bytes > 0:
+            curve = with_held_peak(curve, held_peak_bytes)
     except (OSError, ValueError, TypeError, CurveError) as exc:
         raise ValueError(f"the script's profile trace is unusable: {type(exc).__name__}: {exc}") from None
     return curve.to_dict()
@@ -383,7 +387,8 @@ def _send_profile(rt: DeviceRuntime, spec: RunSpec, dirs, msg: dict[str, Any]) -
     an unusable trace is sent as the profile's error (the web side fails the job and stops the run)."""
     try:
         curve = profiled_curve(dirs, spec.job, spec.profile["warmup"], rt.torch_device,
-                               {"command": list(spec.code.command), "code_sha256": spec.code.code_sha256})
+                               {"command": list(spec.code.command), "code_sha256": spec.code.code_sha256},
+                               msg.get("peak_reserved"))
         rt.agent.set_curve(spec.job, curve)
     except (ValueError, KeyError) as exc:  # CurveError is a ValueError
         log.warning("job %s: no curve from its profile: %s", spec.job, exc)

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                      daemon=True).start()
     profiler = None
     if spec.get("profile"):
-        profiler = _Profiler(za, job_id, spec["profile"], spec["scratch_dir"], control, clock)
+        profiler = _Profiler(za, adev, job_id, spec["profile"], spec["scratch_dir"], control, clock)
         clock.after_end = profiler.after_end
     control.send("ready", resumed_from=0, iterations=spec.get("iterations") or 0)
     t0 = time.monotonic()
@@ -350,11 +350,12 @@ PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.runn
 class _Profiler:
     """The profile of a script job's first iterations (Note [A script's profile is the start of its run] in
     workers.runner): drains the allocator's trace while the script runs; after ``warmup + steady`` iterations
-    writes this job's records to ``<scratch>/profile-trace.json``, sends ``profiled`` and stops tracing, and
+    writes this job's records to ``<scratch>/profile-trace.json``, sends ``profiled`` (with ``peak_reserved``, the
+    bytes its pool held at most so far) and stops tracing, and
     the script goes on. Past ``time_limit_s`` without them the run ends failed with that reason."""
 
-    def __init__(self, za, job_id: int, prof: dict[str, Any], scratch: str, control, clock: StepClock):
-        self.za, self.job_id, self.control, self.clock = za, job_id, control, clock
+    def __init__(self, za, adev, job_id: int, prof: dict[str, Any], scratch: str, control, clock: StepClock):
+        self.za, self.adev, self.job_id, self.control, self.clock = za, adev, job_id, control, clock
         self.warmup = int(prof["warmup"])
         self.want = self.warmup + int(prof["steady"])
         self.limit = prof.get("time_limit_s")
@@ -403,7 +404,9 @@ class _Profiler:
             with open(self.path, "w") as f:
                 json.dump(self.records, f)
             self.records = []
-        self.control.send("profiled", iterations=self.clock.steps, profile_s=round(time.monotonic() - self.t0, 3))
+        held = int(self.za.memory_stats(device=self.adev).get("reserved_bytes.all.peak", 0))  # the pool's held peak
+        self.control.send("profiled", iterations=self.clock.steps, profile_s=round(time.monotonic() - self.t0, 3),
+                          peak_reserved=held)
         return True
 
 

@@ -105,7 +105,8 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
     "metric": ({"values": (_values, "an object of name -> number, string or null")},
                {"iterations_total": (_int, "an integer >= 0")}),
     "profiled": ({"iterations": (_int, "an integer >= 0"), "profile_s": (lambda v: _num(v) and v >= 0,
-                                                                          "a number >= 0 (seconds)")}, {}),
+                                                                          "a number >= 0 (seconds)")},
+                 {"peak_reserved": _BYTES}),  # the bytes its pool held at most: stored with the curve
     "done": ({"status": (_choice(STATUSES), f"one of {STATUSES}"), "metrics": (_metrics, "an object")},
              {"reason": (_str, "a string"), "curve": (lambda v: isinstance(v, dict), "a memory curve object")}),
     "go": ({"delay_s": (lambda v: _num(v) and v >= 0, "a number >= 0 (seconds)")}, {}),

@@ -62,7 +62,7 @@ EVENT_KINDS = (
     "job_started",     # job, device, placement, attempt, resumed_from (iteration)
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
                        # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
-    "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s, reason: a run's totals so far
+    "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s: a run's totals so far
     "job_finished",    # job, device, status (succeeded|failed|cancelled), reason (<= REASON_MAX_CHARS), metrics;
                        # metrics may carry compute_share: the run's measured share (zico_contracts.computeshare)
     "profile_done",    # job, device, curve (DESIGN contract) or error
@@ -92,6 +92,11 @@ def heartbeat_key(dev: str) -> str:
 
 def budget_key(dev: str) -> str:
     return f"{PREFIX}:device:{dev}:budget"
+
+
+def gate_headroom_key(dev: str) -> str:
+    """The device row's gate headroom (a float in [0, 1)), written by the web side beside the budget."""
+    return f"{PREFIX}:device:{dev}:gate_headroom"
 
 
 def cancel_key(job_id: int) -> str:

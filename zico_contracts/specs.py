@@ -104,7 +104,7 @@ class RunSpec:
             run across deployments: a done record carrying another token was left by an earlier database
             (ids restart at 1) and does not stop this run. None when the sender does not set one.
         curve: the job's memory curve (DESIGN contract) for the coordinator; None disables gating.
-        plan: the placement's sharing plan (``shifts_s`` per job id, ``budget_bytes``, ...).
+        plan: the placement's sharing plan (``job_ids``, ``predicted_slowdown`` per job, ``budget_bytes``, ...).
         job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
             so a checkpoint left by an earlier database's job of the same id is not resumed
             (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.

@@ -1,5 +1,7 @@
 """scripts/demo_plan.py: the demo's budget is one the scheduler's own policy accepts for the pair, below the sum
 of their solo peaks, and its checks fail with their figures when a condition does not hold."""
+import math
+
 import pytest
 
 from placement.curves import triangular_curve
@@ -61,20 +63,22 @@ def test_each_check_fails_with_its_figures(dp):
 
 def test_the_profiled_demo_pair_is_co_located_within_the_platforms_slowdown_limit(dp):
     # the demo's pair as scripts/demo.py profiles it, planned by the scheduler's policy (zico.scheduling.service
-    # .make_policy) with the default ZICO_MAX_SLOWDOWN of 1.6 and the demo's gate share; the prediction runs the
-    # agent's own pacing rules (placement.pacing), Note [Expected iteration time]
+    # .make_policy) with the default ZICO_MAX_SLOWDOWN of 1.6, each curve stored with its solo held peak and planned
+    # with the one rule against the default gate share, as scripts/demo.py does; the prediction runs the agent's
+    # own pacing rules (placement.pacing), Note [Expected iteration time]
     import json
     from pathlib import Path
 
     from placement.curves import curve_from_dict
-    from placement.gating import overhead_headroom
-    from workers.colocate import feasible_floor
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve, with_held_peak
 
     d = json.loads((Path(__file__).resolve().parents[1] / "placement" / "data" / "demo-pair-profile.json").read_text())
     curves, reserved = [curve_from_dict(c) for c in d["curves"]], d["reserved_bytes"]
-    share = 1 - overhead_headroom(sum(c.peak_bytes for c in curves), sum(reserved))
+    planned = [planning_curve(with_held_peak(c, r)) for c, r in zip(curves, reserved)]
+    share = gate_share(DEFAULT_GATE_HEADROOM)
     policy = MemoryAware(max_slowdown=1.6, group_share=share)
-    choice = dp.choose_budget(policy, curves, SHARES, reserved, feasible_floor(curves, reserved), share)
+    floor = math.ceil(held_floor(planned))
+    choice = dp.choose_budget(policy, planned, SHARES, reserved, floor, share)
     assert choice.plan is not None and choice.plan.mode in ("gating", "shift")
     assert choice.budget_bytes < sum(reserved)
     assert max(choice.plan.predicted_slowdown) <= 1.6

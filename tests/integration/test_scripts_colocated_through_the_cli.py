@@ -14,13 +14,12 @@ shifts stretch them is placed together on the one device: the slowdown limit is 
 plan predicts for the LSTM depends on the compute shares round 1 measured on the test machine (the default limit
 keeps a group only when each job slows less, and the default group is two jobs; with shares of 0.30-0.45 on a
 loaded machine the plan predicted up to 3.4x for the LSTM, 4.0x on a quiet one; at a limit of 4, and in CI at a
-limit of 8, round 2 placed two of them and the third only after one had ended); for round 2 the worker comes back with the gate headroom the
-first round's pool overhead calls for (``placement.gating.overhead_headroom``: the coordinator plans allocated
-curves while the budget counts reserved bytes, and these small scripts' 20 MiB segments hold 1.2-1.3x what they
-allocate; with the default 0.15 one job waited 30 s for room and was refused, or the deadlock rule granted past
-the budget), and the budget lies halfway between what the three need together (their minimal feasible budget
-over the gate's share, ``placement.gating.minimal_feasible_budget``) and the sum of the bytes the pool held for
-each in round 1, so that the plan, not the budget, decides whether they run together; the first round's jobs carry their own budget (``--budget 64MiB``, the floor), so a script may be profiled beside
+limit of 8, round 2 placed two of them and the third only after one had ended); the worker is never restarted:
+each stored curve carries the bytes its pool held while it was profiled (these small scripts' 20 MiB segments hold
+1.2-1.3x what they allocate), and the scheduler and the worker's gate plan with the one rule
+(``placement.gating.planning_curve``) against the device row's gate headroom; round 2's budget lies halfway
+between what the three need together (``placement.gating.held_floor`` of their planning curves) and the sum of
+the bytes the pool held for each in round 1, so that the plan, not the budget, decides whether they run together; the first round's jobs carry their own budget (``--budget 64MiB``, the floor), so a script may be profiled beside
 jobs of known memory that leave it that much (Note [Where a script is profiled] in zico.scheduling.service).
 """
 import json
@@ -35,7 +34,7 @@ from pathlib import Path
 import pytest
 from django.db.models import Max
 
-from placement.gating import minimal_feasible_budget, overhead_headroom
+from placement.gating import held_floor, planning_curve
 from workers.testing import stop_process
 from zico.cluster.models import Device
 from zico.jobs.models import Job, MemoryProfile
@@ -111,8 +110,7 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
                      ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
     stack.consumer(lost_after_s=15)
-    worker_args = ("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "4", "--loglevel", "INFO")
-    worker = stack.worker(*worker_args)
+    stack.worker("--kind", "cpu", "--capacity", "2GiB", "--budget", "1GiB", "--slots", "4", "--loglevel", "INFO")
     device = stack.registered_device()
     _, owner = tenant_owner
     _, secret = ApiToken.issue(owner, "cli")
@@ -136,6 +134,7 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
         profile = measured_curve(job)
         assert profile.source == "allocator-trace" and profile.peak_bytes > 0
         peaks[name] = profile.peak_bytes
+        assert profile.curve["meta"]["held_peak_bytes"] >= profile.peak_bytes  # stored for the planning rule
         held[name] = job.metrics["peak_reserved_bytes"]
         assert held[name] >= peaks[name], (name, held[name], peaks[name])
         rc, text = shown[name]
@@ -149,22 +148,17 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)
     assert overlap >= 1, "no two of the new scripts ran on the device at the same time"
 
-    # Round 2: the same code and commands again, under a budget below the sum of their solo peaks. The worker
-    # comes back with the gate headroom these jobs' own pool overhead calls for (Note [Headroom from the jobs' own
-    # overhead] in placement.gating): its coordinator plans allocated curves, the budget counts reserved bytes.
+    # Round 2: the same code and commands again, under a budget below the sum of their solo peaks, on the same
+    # worker: the stored curves carry their pool overhead (Note [One planning rule] in placement.gating).
     stop_process(scheduler)  # so that the three are ready in one round and planned as one group
-    headroom = overhead_headroom(sum(peaks.values()), sum(held.values()))
-    stop_process(worker)
-    stack.worker(*worker_args, "--gate-headroom", str(headroom), log="worker2.log")
-    waiter(lambda: Device.objects.get(pk=device.pk).gate_headroom == headroom, 120, "the worker's new headroom")
-    share = 1 - headroom  # of the budget, a group's gate plans against
-    need = minimal_feasible_budget([measured_curve(job).memory_curve() for job in jobs.values()]) / share
+    headroom = Device.objects.get(pk=device.pk).gate_headroom  # the row's, which the worker gates with
+    need = held_floor([planning_curve(measured_curve(job).memory_curve()) for job in jobs.values()], headroom)
     # halfway between what the three need and the sum of the bytes the pool held for each alone: at the need
     # itself the pool's reserved bytes (chunks, rounded up) reached the budget, where a request waits for room
     budget = max(int(need + (sum(held.values()) - need) / 2) // MiB * MiB, 64 * MiB)
     print(f"\nsolo peaks {peaks} allocated, {held} reserved (sums {sum(peaks.values())}, {sum(held.values())}); gate "
-          f"headroom {headroom}; the three need {int(need)} together (their minimal feasible budget over the gate's "
-          f"share {share:.3f}); budget {budget}")
+          f"headroom {headroom}; the three need {int(need)} together (the least budget the planning rule can plan "
+          f"them under); budget {budget}")
     assert max(held.values()) < budget < sum(held.values()), (peaks, held, need, budget)
     Device.objects.get(pk=device.pk).set_budget(budget)
     t_budget = time.time()
@@ -177,7 +171,7 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     shown = followed(logs)
     reruns = {n: Job.objects.get(pk=i) for n, i in again.items()}
     for name, job in reruns.items():
-        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker2.log")[-3000:])
+        assert job.status == "succeeded", (name, job.failure_reason, stack.log("worker.log")[-3000:])
         moves = [e.details.get("reason") for e in job.events.filter(kind="status_change")]
         assert "memory curve of an identical job reused; not profiled" in moves, moves
         assert measured_curve(job).peak_bytes == peaks[name]  # the stored curve, not measured again

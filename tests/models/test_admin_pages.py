@@ -69,8 +69,14 @@ def test_the_token_secret_hash_is_not_shown(admin_client):
 def test_a_budget_edit_in_the_admin_records_an_event(admin_client, gpu):
     url = reverse("admin:cluster_device_change", args=[gpu.pk])
     data = {"node": gpu.node_id, "index": 0, "kind": "gpu", "uuid": gpu.uuid, "name": gpu.name,
-            "total_bytes": gpu.total_bytes, "budget_bytes": 4 << 30, "status": "online"}
+            "total_bytes": gpu.total_bytes, "budget_bytes": 4 << 30, "gate_headroom": gpu.gate_headroom,
+            "status": "online"}
     r = admin_client.post(url, data)
     assert r.status_code == 302, r.content[:2000]
     assert Device.objects.get(pk=gpu.pk).budget_bytes == 4 << 30
     assert Event.objects.filter(kind="budget_change", device=gpu).count() == 1
+    # the gate headroom is the row's too (its worker only seeds it): staff set it here, and a bad one is refused
+    assert admin_client.post(url, {**data, "gate_headroom": 0.2}).status_code == 302
+    assert Device.objects.get(pk=gpu.pk).gate_headroom == 0.2
+    assert admin_client.post(url, {**data, "gate_headroom": 1.5}).status_code == 200  # the form again, with the error
+    assert Device.objects.get(pk=gpu.pk).gate_headroom == 0.2

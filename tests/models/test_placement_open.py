@@ -12,12 +12,12 @@ def ready_job(tenant, owner, status="ready"):
 
 def test_it_places_ready_jobs_and_records_events(personas, gpu):
     a, b = ready_job(personas.tenant, personas.owner), ready_job(personas.tenant, personas.teammate)
-    p = Placement.open(gpu, [a, b], {"shifts_s": {str(a.pk): 0.0, str(b.pk): 0.12}})
+    p = Placement.open(gpu, [a, b], {"predicted_slowdown": {str(a.pk): 1.0, str(b.pk): 1.2}})
     assert set(p.jobs.values_list("pk", flat=True)) == {a.pk, b.pk} and p.is_active
     assert set(Job.objects.filter(pk__in=[a.pk, b.pk]).values_list("status", flat=True)) == {"placed"}
     ev = Event.objects.get(kind="placement")
     assert ev.details["jobs"] == [a.pk, b.pk] and ev.details["shared_with_other_tenants"] is False
-    assert ev.details["plan"] == {"shifts_s": {str(a.pk): 0.0, str(b.pk): 0.12}}
+    assert ev.details["plan"] == {"predicted_slowdown": {str(a.pk): 1.0, str(b.pk): 1.2}}
     assert Event.objects.filter(kind="status_change", details__to="placed", device=gpu).count() == 2
     assert a.active_placement() == p
 

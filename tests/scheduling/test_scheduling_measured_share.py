@@ -34,13 +34,14 @@ def cpu_device(broker):
 def _runtime(dev, tmp_path):
     """The device worker's runtime as workers.bootstrap builds it, in this process: agent, coordinator, Link."""
     from placement.coordinator import Coordinator
+    from placement.gating import gate_share
     from workers.agent import DeviceAgent
     from workers.device import DeviceRuntime, WorkerConfig, cpu_info
     from workers.link import Link
 
     config = WorkerConfig("cpu", dev.node.host, 0, 2, dev.total_bytes, dev.budget_bytes, settings.REDIS_URL,
                           tmp_path / "ckpt", tmp_path / "data")
-    agent = DeviceAgent("cpu", dev.total_bytes, dev.budget_bytes, Coordinator(config.gate_fraction * dev.budget_bytes))
+    agent = DeviceAgent("cpu", dev.total_bytes, dev.budget_bytes, Coordinator(gate_share(dev.gate_headroom) * dev.budget_bytes))
     rt = DeviceRuntime(config, cpu_info(dev.total_bytes), agent, Link(settings.REDIS_URL, config.device))
     return rt
 

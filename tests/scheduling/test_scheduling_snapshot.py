@@ -1,4 +1,6 @@
 """The database as the policies see it (zico.scheduling.snapshot)."""
+import pytest
+
 from zico.cluster.models import Placement
 from zico.scheduling.snapshot import take_snapshot
 
@@ -26,8 +28,8 @@ def test_a_device_whose_job_has_no_curve_is_left_out(cluster, tenant, make_job):
 
 
 def test_each_device_is_offered_with_the_share_its_workers_gate_leaves(cluster):
-    cluster[1].gate_headroom = 0.2  # its worker runs with --gate-headroom 0.2
+    cluster[1].gate_headroom = 0.2  # set on its row (staff, or its worker's --gate-headroom seeding a new row)
     cluster[1].save(update_fields=["gate_headroom"])
     shares = {d.id: d.group_share for d in take_snapshot().state.devices}
     assert shares[cluster[1].pk] == 0.8
-    assert shares[cluster[0].pk] == 1 - cluster[0].gate_headroom == 0.85  # the default headroom
+    assert shares[cluster[0].pk] == 1 - cluster[0].gate_headroom == pytest.approx(0.9)  # the default headroom

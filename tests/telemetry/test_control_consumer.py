@@ -34,7 +34,8 @@ def test_worker_up_registers_the_node_and_device_with_its_budget(consumer, link,
     dev = Device.objects.get(node__host="h1", kind="cpu", index=0)
     assert (dev.total_bytes, dev.budget_bytes, dev.status) == (8 << 30, 6 << 30, "online")
     assert int(r.get(keys.budget_key(DEV))) == 6 << 30
-    assert dev.gate_headroom == DEFAULT_GATE_HEADROOM  # an older worker sends none: the default
+    assert dev.gate_headroom == DEFAULT_GATE_HEADROOM  # a worker without --gate-headroom sends none: the default
+    assert float(r.get(keys.gate_headroom_key(DEV))) == DEFAULT_GATE_HEADROOM  # where the worker reads the row's
 
 
 @pytest.mark.parametrize("before, after", [("draining", "draining"), ("offline", "online"), ("online", "online")])
@@ -48,22 +49,25 @@ def test_a_restarted_worker_keeps_its_device_draining(consumer, link, make_devic
     assert Device.objects.get(pk=dev.pk).status == after
 
 
-def test_worker_up_registers_the_workers_gate_headroom_and_refuses_a_bad_one(consumer, link):
+def test_a_workers_gate_headroom_seeds_a_new_device_row_and_never_overwrites_it(consumer, link, r, redis_url):
+    from workers.link import Link
+
     common = dict(kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=8 << 30, budget_bytes=6 << 30,
-                  host="h1", pid=123, slots=2)
-    link.emit("worker_up", gate_headroom=0.2, started_at=time.time(), **common)
-    link.flush()
-    drain(consumer)
-    assert Device.objects.get(node__host="h1").gate_headroom == 0.2
-    link.emit("worker_up", gate_headroom=0.3, started_at=time.time(), **common)  # a restart with another flag
-    link.flush()
-    drain(consumer)
-    assert Device.objects.get(node__host="h1").gate_headroom == 0.3
-    link.emit("worker_up", gate_headroom=1.5, started_at=time.time(), **common)
-    link.flush()
-    drain(consumer)
-    # the last message carried a headroom outside [0, 1): the default, not a broken plan
-    assert Device.objects.get(node__host="h1").gate_headroom == DEFAULT_GATE_HEADROOM
+                  pid=123, slots=2)
+    links = {"h1": link, "h2": Link(redis_url, "cpu.h2.0")}
+
+    def up(host, **extra):
+        links[host].emit("worker_up", host=host, started_at=time.time(), **common, **extra)
+        links[host].flush()
+        drain(consumer)
+        return Device.objects.get(node__host=host).gate_headroom, float(r.get(keys.gate_headroom_key(f"cpu.{host}.0")))
+
+    assert up("h1", gate_headroom=0.2) == (0.2, 0.2)  # a new row: seeded with the worker's flag
+    assert up("h1", gate_headroom=0.3) == (0.2, 0.2)  # a restart with another flag: the row's figure stays
+    Device.objects.filter(node__host="h1").update(gate_headroom=0.25)  # as staff set it in the admin
+    assert up("h1") == (0.25, 0.25)  # and the worker is told the row's figure
+    # a seed outside [0, 1): the default, not a broken plan
+    assert up("h2", gate_headroom=1.5) == (DEFAULT_GATE_HEADROOM, DEFAULT_GATE_HEADROOM)
 
 
 def test_a_run_goes_running_then_succeeded_with_metrics_and_its_placement_ends(consumer, link, tenant, make_device, make_placed_job):
@@ -108,9 +112,9 @@ def test_a_runs_delay_reports_become_one_event_with_its_latest_totals(consumer, 
     job, placement = make_placed_job(tenant, make_device())
     link.emit("job_started", job=job.pk, placement=placement.pk, resumed_from=0, iterations=40, pid=1)
     link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=7, delays=2, delay_s=0.3, delay_max_s=0.2,
-              gate_wait_s=0.31, reason="coordinator gate (time shift)")
+              gate_wait_s=0.31)
     link.emit("job_delay", job=job.pk, placement=placement.pk, iteration=30, delays=5, delay_s=1.1, delay_max_s=0.4,
-              gate_wait_s=1.12, reason="coordinator gate (time shift)")
+              gate_wait_s=1.12)
     link.flush()
     drain(consumer)
     events = list(Event.objects.filter(job=job, kind="delay"))
@@ -297,7 +301,7 @@ def test_the_consumer_survives_its_streams_being_deleted_while_it_waits(redis_ur
     assert TimelinePoint.objects.filter(device__node__host="h1", job=None, reserved_bytes=2 << 20).exists()
 
 
-def test_a_workers_registration_carries_its_gate_headroom_to_the_device_row(consumer, link, tmp_path):
+def test_a_workers_registration_seeds_the_device_row_with_its_gate_headroom(consumer, link, tmp_path):
     from workers.device import DeviceRuntime, WorkerConfig, cpu_info
 
     config = WorkerConfig("cpu", "h1", 0, 2, 8 << 30, None, "redis://unused", tmp_path, tmp_path, gate_headroom=0.2)
@@ -306,6 +310,8 @@ def test_a_workers_registration_carries_its_gate_headroom_to_the_device_row(cons
     link.flush()
     drain(consumer)
     assert Device.objects.get(node__host="h1", kind="cpu", index=0).gate_headroom == 0.2
+    unseeded = WorkerConfig("cpu", "h1", 0, 2, 8 << 30, None, "redis://unused", tmp_path, tmp_path)
+    assert "gate_headroom" not in DeviceRuntime(unseeded, cpu_info(8 << 30), agent=None, link=link).registration()
 
 
 def _profiling_job(tenant, dev):

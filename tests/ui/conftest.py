@@ -94,7 +94,7 @@ def cluster(personas, rdb):
         job.transition("placed", device=device)
         job.transition("running", device=device)
     placement = Placement.objects.create(device=device, plan={  # the layout of SharingPlan.to_dict()
-        "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift", "shifts_s": [0.0, 0.12],
+        "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift",
         "predicted_slowdown": [1.05, 1.05], "budget_bytes": 72 * GIB, "predicted_peak_bytes": 61 * GIB,
         "sum_of_peaks_bytes": 70 * GIB})
     placement.jobs.set([acme_job, rival_job])
@@ -102,8 +102,8 @@ def cluster(personas, rdb):
         "version": 1, "source": "estimate", "device": "cuda:0", "iteration_s": 0.5,
         "persistent_bytes": 4 * GIB, "peak_bytes": 18 * GIB,
         "points": [[0.0, 4 * GIB], [0.3, 12 * GIB], [0.55, 18 * GIB], [0.8, 8 * GIB], [1.0, 4 * GIB]]})
-    Event.record(Event.Kind.DELAY, job=rival_job, device=device, iteration=7, delay_s=0.12, reason="plan shift")
-    Event.record(Event.Kind.DELAY, job=acme_job, device=device, iteration=9, delay_s=0.05, reason="gate")
+    Event.record(Event.Kind.DELAY, job=rival_job, device=device, iteration=7, delay_s=0.12)
+    Event.record(Event.Kind.DELAY, job=acme_job, device=device, iteration=9, delay_s=0.05)
     now = int(time.time())
     for s in range(now - 60, now - 30):
         when = datetime.fromtimestamp(s, tz=timezone.utc)

@@ -64,7 +64,7 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(page.locator("#panel-log")).to_contain_text("profiling → ready")
 
     placement = Placement.objects.create(device=cluster.device, plan={
-        "job_ids": [job.pk], "mode": "independent", "shifts_s": [0.0], "predicted_slowdown": [1.0],
+        "job_ids": [job.pk], "mode": "independent", "predicted_slowdown": [1.0],
         "budget_bytes": 72 << 30, "predicted_peak_bytes": 192 * MIB, "sum_of_peaks_bytes": 192 * MIB})
     placement.jobs.add(job)
     job.transition("placed", device=cluster.device)               # the scheduler places it
@@ -88,12 +88,12 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(page.locator('#job-summary dd[data-k="iteration"]')).to_have_text("19")  # the live sample's
 
     # Another job joins the device: the scheduler opens a placement for it whose plan covers both (the running
-    # job first, with its new shift); the running job stays linked to its own placement.
+    # job first); the running job stays linked to its own placement.
     partner = submit_job(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn",
                          params={"iterations": 100, "batch_size": 16}, name="live-partner")
     partner.transition("ready")
     group = Placement.objects.create(device=cluster.device, plan={
-        "job_ids": [job.pk, partner.pk], "mode": "shift", "shifts_s": [0.0, 0.02], "predicted_slowdown": [1.15, 1.2],
+        "job_ids": [job.pk, partner.pk], "mode": "shift", "predicted_slowdown": [1.15, 1.2],
         "budget_bytes": 72 << 30, "predicted_peak_bytes": 300 * MIB, "sum_of_peaks_bytes": 384 * MIB})
     group.jobs.add(partner)
     partner.transition("placed", device=cluster.device)
@@ -101,7 +101,6 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(plan).to_contain_text("live-partner", timeout=5000)
     expect(plan).to_contain_text("Its group changed")
     expect(plan.locator("tbody tr")).to_have_count(2)
-    expect(plan.locator("tbody tr").nth(1)).to_contain_text("0.02 s")        # the partner's shift
     expect(plan.locator("tbody tr").nth(1)).to_contain_text("×1.20")
     expect(plan).to_contain_text("300.00 MiB")                                 # the group's predicted peak
     expect(plan).to_contain_text("shift")

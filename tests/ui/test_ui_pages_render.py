@@ -37,7 +37,7 @@ def test_job_detail_shows_curve_plan_delays_and_log(cluster, client_for, persona
     assert 'id="curve-data"' in html and "18.00 GiB" in html          # the curve and its peak
     assert "61.00 GiB" in html                                       # predicted peak of the sharing plan
     assert "a job of another tenant" in html                         # the co-located rival job stays anonymous
-    assert "gate" in html and "0.05 s" in html                       # the delay imposed on this job
+    assert "Delays imposed" in html and "0.05 s" in html             # the delay imposed on this job
     assert "Cancel job" in html
 
 

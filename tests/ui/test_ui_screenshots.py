@@ -59,7 +59,7 @@ def build_cluster(p, publish, now: float):
                                  "peak_bytes": max(b for _, b in pts), "points": pts})
         jobs.append((j, pers, peak, shift))
     placement = Placement.objects.create(device=dev, plan={
-        "job_ids": [j.pk for j, *_ in jobs], "mode": "shift", "shifts_s": [s for *_, s in jobs],
+        "job_ids": [j.pk for j, *_ in jobs], "mode": "shift",
         "budget_bytes": 72 * GIB, "predicted_peak_bytes": 58 * GIB})
     placement.jobs.set([j for j, *_ in jobs])
     # the story starts 15 min ago: the device registered and the jobs were submitted before their samples
@@ -248,7 +248,7 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
         pair.append((j, shift))
     drain()
     placement = Placement.objects.create(device=dev, plan={
-        "job_ids": [j.pk for j, _ in pair], "mode": "shift", "shifts_s": [s for _, s in pair],
+        "job_ids": [j.pk for j, _ in pair], "mode": "shift",
         "predicted_slowdown": [1.0, 1.0], "budget_bytes": 342 * MIB, "predicted_peak_bytes": 220 * MIB,
         "sum_of_peaks_bytes": 360 * MIB})
     placement.jobs.set([j for j, _ in pair])

@@ -103,7 +103,7 @@ print(json.dumps(out))
 def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_their_solo_peaks(tmp_path):
     from placement.coordinator import Coordinator
     from placement.curves import curve_from_dict
-    from placement.gating import HELD_GATE_HEADROOM, held_curve, held_floor
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve, with_held_peak
 
     # each job profiled alone through the allocator, in a process of its own (as scripts/demo.py does)
     prof = subprocess.run([sys.executable, "-c", PROFILE, json.dumps(TWO), str(tmp_path / "data")],
@@ -120,12 +120,13 @@ def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_the
         reserved = [alone.pool.native.stats()["jobs"][n]["peak_held_bytes"] for n in (1, 2)]
     finally:
         alone.close()
-    # as workers.colocate: the gate plans held-byte curves (Note [Planning with held bytes] in placement.gating);
-    # the budget a fraction of the sum of the solo peaks, at least the least budget that rule can plan
-    held = [held_curve(c, r) for c, r in zip(curves, reserved)]
-    budget = int(max(0.9 * sum(reserved), held_floor(held)))
+    # as workers.colocate: each curve stored with its solo held peak, the agent's gate plans it with the one rule
+    # (Note [One planning rule] in placement.gating); the budget a fraction of the sum of the solo peaks, at least
+    # the least budget that rule can plan
+    held = [with_held_peak(c, r) for c, r in zip(curves, reserved)]
+    budget = int(max(0.9 * sum(reserved), held_floor([planning_curve(h) for h in held])))
     assert budget < sum(reserved)  # capacity = budget: below the sum of the solo peaks
-    agent = DeviceAgent("cpu", budget, budget, Coordinator((1 - HELD_GATE_HEADROOM) * budget), AgentSettings())
+    agent = DeviceAgent("cpu", budget, budget, Coordinator(gate_share(DEFAULT_GATE_HEADROOM) * budget), AgentSettings())
     rec = Recorder()
     try:
         outs = run_all(agent, [JobRun(10 + n, job_spec(tmp_path, key, params), curve=h.to_dict(),

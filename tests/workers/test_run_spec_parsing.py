@@ -7,7 +7,7 @@ from workers.runner import RunSpec, SpecError
 
 def test_a_full_spec_parses():
     spec = RunSpec.parse(3, {"workload": "digits-cnn", "params": {"iterations": 5}, "placement": 9,
-                             "run_token": "7d4c", "plan": {"job_ids": [3], "shifts_s": [0.1]},
+                             "run_token": "7d4c", "plan": {"job_ids": [3], "predicted_slowdown": [1.1]},
                              "curve": {"version": 1}, "job_created_at": "2026-11-29T12:00:00+00:00", "tenant": 4})
     assert (spec.job, spec.workload, spec.params, spec.placement, spec.run_token, spec.job_created_at, spec.tenant) == \
         (3, "digits-cnn", {"iterations": 5}, 9, "7d4c", "2026-11-29T12:00:00+00:00", 4)

@@ -11,7 +11,7 @@ def _spec(curve_iteration_s, plan):
 
 
 def test_measured_slowdown_is_the_mean_iteration_over_the_plans_solo_reference():
-    plan = {"job_ids": [3, 7], "predicted_slowdown": [1.1, 1.4], "shifts_s": [0.0, 0.1]}
+    plan = {"job_ids": [3, 7], "predicted_slowdown": [1.1, 1.4]}
     m = slowdown_metrics(_spec(0.02, plan), train_s=2.8, ran=100)
     assert m["mean_iteration_s"] == pytest.approx(0.028)
     assert m["solo_iteration_s"] == 0.02

@@ -13,18 +13,16 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
    ``meta`` (written to ``<out>.curves.json``), as the scheduler reads it.
 3. **Pairs**: budgets from the sum of the pair's solo held peaks ``S`` down to its floor ``F`` in equal steps,
    where ``F`` is the least budget Zico's gate can plan (``placement.gating.held_floor``: the
-   ``minimal_feasible_budget`` of its held curves over ``1 - gate headroom``, never below
+   ``minimal_feasible_budget`` of its planning curves over ``1 - gate headroom``, never below
    ``max_i(held_i + sum_j!=i persistent_j)``, the least any sharing needs).
    ``--budget-at F`` (repeatable) runs at the budgets ``S - F x (S - F_floor)`` instead (0: the sum, 1: the
    floor; the GPU check's one budget halfway down). Every mode runs at every budget, (a) first (its baseline
    measured close in time to the others: the machine's other load moves every figure).
 
-Zico's gate here plans as ``workers.colocate`` does (Note [Planning with held bytes] in placement.gating):
-*held-byte* curves (each job's allocated curve raised by its solo pool overhead, held peak less allocated peak,
-and held at its peak from its backward mark to its peak) against ``(1 - 0.10) x budget`` (``--gate-headroom``);
-the device worker plans stored allocated curves against ``1 - --gate-headroom`` of the budget (default 0.15);
-the headroom these small jobs' own overhead calls for (``placement.gating.overhead_headroom``: 0.31-0.34) puts
-that rule's floor near or above ``S``.
+Zico's gate here plans as the device worker and ``workers.colocate`` do (Note [One planning rule] in
+placement.gating): each job's curve stored with its solo held peak, planned by ``placement.gating.planning_curve``
+(raised by its pool overhead, held at its peak from its backward mark to its peak) against
+``(1 - gate headroom) x budget`` (``--gate-headroom``, default ``placement.gating.DEFAULT_GATE_HEADROOM``).
 
 Printed per pair and budget (:mod:`.experiment_report`): throughput relative to (a) (its makespan over the
 mode's: same iterations), makespan, peak held bytes, jobs failed out of memory, budget violations (grants past
@@ -46,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placement.gating import HELD_GATE_HEADROOM
+from placement.gating import DEFAULT_GATE_HEADROOM
 
 from .experiment_modes import MODES, Job, colocated_slowdowns, profile, run_mode
 
@@ -72,12 +70,13 @@ class UsageError(ValueError):
 
 
 def held_curve(curve: dict[str, Any], held_peak: int) -> dict[str, Any]:
-    """``placement.gating.held_curve`` on curve dicts (bytes): the curve the gate plans with (Note [Planning with
-    held bytes]). Returns a new curve dict, ``meta["held_overhead_bytes"]`` added."""
+    """The curve the gate plans ``curve`` (a dict, bytes) with once stored with its solo held peak, as the device
+    worker stores a profile: ``placement.gating.planning_curve(with_held_peak(...))`` (Note [One planning rule]).
+    Returns a new curve dict, ``meta["held_peak_bytes"]`` and ``meta["held_overhead_bytes"]`` added."""
     from placement.curves import curve_from_dict
-    from placement.gating import held_curve as planning_curve
+    from placement.gating import planning_curve, with_held_peak
 
-    return planning_curve(curve_from_dict(curve), int(held_peak)).to_dict()
+    return planning_curve(with_held_peak(curve_from_dict(curve), int(held_peak))).to_dict()
 
 
 def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
@@ -174,7 +173,7 @@ def parse_pairs(texts: list[str], known: dict[str, str]) -> list[tuple[str, str]
 
 
 def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 12, budgets: int = 3,
-        gate_headroom: float = HELD_GATE_HEADROOM, jobs: dict[str, str] | None = None, settings=None,
+        gate_headroom: float = DEFAULT_GATE_HEADROOM, jobs: dict[str, str] | None = None, settings=None,
         say=print, budget_at: list[float] | None = None) -> dict[str, Any]:
     """The whole experiment; returns the report (see :mod:`.experiment_report` for its fields). ``budget_at``:
     fractions of the way from the sum of held peaks to the floor (replacing ``budgets``)."""
@@ -287,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead of --budgets: a budget F of the way from the sum of held peaks (0) to the floor (1); "
                          "repeat for more")
     ap.add_argument("--threads", type=int, default=1, help="CPU: intra-op threads of each job process (0: torch's)")
-    ap.add_argument("--gate-headroom", type=float, default=HELD_GATE_HEADROOM)
+    ap.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM)
     ap.add_argument("--out", default=None, help="path prefix: writes <out>.json, <out>.md and <out>.curves.json")
     ap.add_argument("--doc", default=None, help="a page (docs/experiment.md) whose measured section is rewritten")
     a = ap.parse_args(argv)

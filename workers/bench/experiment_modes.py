@@ -16,7 +16,8 @@ an iteration may start:
   ``placement.device_sim.TimeSlicingGate``); the waiting job is *yielding*, so the running one may take its
   cache back (the same pool, budget and capacity as Zico's).
 * ``zico`` (d): the device's coordinator (``placement.coordinator.Coordinator``) gates every iteration start,
-  planning against ``(1 - gate_headroom) x budget`` (Note [Gate headroom] in workers.device); the agent pool
+  planning each job's curve with ``placement.gating.planning_curve`` (the agent's gate, as on the device worker)
+  against ``(1 - gate_headroom) x budget`` (Note [One planning rule] in placement.gating); the agent pool
   enforces the budget.
 
 In every concurrent mode the jobs' first iterations are held until every job of the group is ready (startup,
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 from workers.agent import DeviceAgent, JobRun
 
 MODES = ("sequential", "uncoordinated", "slicing", "zico")
@@ -171,7 +173,7 @@ def profile(job: Job, device: str, capacity: int, warmup: int = 1, steady: int =
 
 def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", iterations: int = 8,
              curves: list[dict[str, Any]] | None = None, capacity: int | None = None,
-             gate_headroom: float = 0.2, settings=None) -> dict[str, Any]:
+             gate_headroom: float = DEFAULT_GATE_HEADROOM, settings=None) -> dict[str, Any]:
     """Run ``jobs`` in ``mode`` (one of MODES) under ``budget`` bytes; returns the run's figures.
 
     ``curves`` (the jobs' memory curves as dicts) are needed for ``zico``; ``capacity`` is the pool's for
@@ -191,7 +193,7 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
 
     hard = mode in ("sequential", "uncoordinated")
     cap = budget if hard or capacity is None else max(budget, capacity)
-    coordinator = Coordinator((1 - gate_headroom) * budget) if mode == "zico" else None
+    coordinator = Coordinator(gate_share(gate_headroom) * budget) if mode == "zico" else None
     agent = ExperimentAgent(device, cap if device == "cpu" else None, budget, coordinator, settings,
                             slicing=mode == "slicing")
     if hard and agent.pool.native is not None:

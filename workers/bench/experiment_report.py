@@ -29,8 +29,8 @@ budget fails with torch's OutOfMemoryError (a hard limit, like a GPU whose memor
 limit, which would count each process's interpreter and torch too, not the bytes the budget is about); (c) time
 slicing: one iteration in flight at a time, alternating, the waiting job's cache free for the running one;
 (d) Zico: the coordinator gates every iteration start, planning held-byte curves (each job's allocated curve
-raised by its solo pool overhead and held at its peak from its backward mark: Note [Planning with held bytes] in
-placement.gating, the rule `python -m workers.colocate` uses too), the agent pool enforces the budget (capacity halfway
+raised by its solo pool overhead and held at its peak from its backward mark: Note [One planning rule] in
+placement.gating, the rule the device worker and `python -m workers.colocate` use too), the agent pool enforces the budget (capacity halfway
 from the budget to the sum of held peaks: room for the deadlock rule, whose grants past the budget are the
 budget violations). Budgets run from the sum of the jobs' solo held peaks (chunks the pool granted each alone)
 down to the least budget Zico's gate can plan. Throughput: (a)'s makespan over the mode's (the same iterations;
@@ -81,7 +81,7 @@ def markdown(report: dict[str, Any]) -> str:
     m = lambda b: f"{b / MIB:.1f}"  # noqa: E731
     out = [f"Device {report['device']}; {report['iterations']} iterations per job per run; "
            f"intra-op threads per job: {report.get('threads') or 'torch default'}; Zico's gate: held-byte curves "
-           f"(placement.gating.held_curve) against {1 - report['gate_headroom']:.2f} x budget. Wall time {report['wall_s']:.0f} s.", "",
+           f"(placement.gating.planning_curve) against {1 - report['gate_headroom']:.2f} x budget. Wall time {report['wall_s']:.0f} s.", "",
            "| job | spec | peak allocated MiB | persistent MiB | solo held peak MiB | step alone ms | "
            "step beside a copy ms | compute share | worker's share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, p in report["profiles"].items():

@@ -32,7 +32,6 @@ from typing import Any
 from .schedstat import current_thread_ns
 
 REPORT_EVERY_S = 0.2  # the device worker's reporter rate (workers.reporter.SAMPLE_INTERVAL_S)
-GATE_HEADROOM = 0.15
 
 
 def _say(**fields: Any) -> None:
@@ -110,13 +109,14 @@ def run_inprocess(spec: dict[str, Any], commands) -> None:
     za.set_budget(int(spec["budget_bytes"]), device=adev)
     import torch
     from placement.coordinator import Coordinator
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 
     from workers.gate import Gate
     from zico_workloads.catalog import validate_params
     from zico_workloads.models import preload_data
     from zico_workloads.training import create_training_job
 
-    coordinator = Coordinator((1 - GATE_HEADROOM) * int(spec["budget_bytes"]))
+    coordinator = Coordinator(gate_share(DEFAULT_GATE_HEADROOM) * int(spec["budget_bytes"]))
     gate = Gate(SimpleNamespace(coordinator=coordinator, link=SimpleNamespace(stop_requested=lambda _j, _p: None)),
                 SimpleNamespace(job=job_id, placement=None, curve=spec["curve"]))
     marks = _Marks(za, gate, job_id)

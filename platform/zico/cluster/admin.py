@@ -51,9 +51,9 @@ class DeviceAdmin(admin.ModelAdmin):
     list_display = ["__str__", "name", "kind", "total_bytes", "budget_bytes", "status", "last_heartbeat"]
     list_filter = ["kind", "status", "node"]
     search_fields = ["name", "uuid", "node__host"]
-    # gate_headroom mirrors the worker's --gate-headroom (registered in worker_up): read-only here, or
-    # the scheduler would plan groups the worker's coordinator does not run side by side
-    readonly_fields = ["gate_headroom", "last_heartbeat", "created_at"]
+    # gate_headroom, like budget_bytes, is the row's: the worker reads both from it (its --gate-headroom only
+    # seeds a new row), so the scheduler and the worker's coordinator plan with the same share
+    readonly_fields = ["last_heartbeat", "created_at"]
 
     def save_model(self, request, obj, form, change):
         # Route budget edits through set_budget so they are validated and leave a budget_change Event.

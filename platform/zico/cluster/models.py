@@ -12,7 +12,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
-from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget
+from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget, planning_curve
 from zico_contracts.queues import device_queue
 
 # Note [Budget floor]
@@ -95,8 +95,8 @@ class Device(models.Model):
     budget_bytes = models.BigIntegerField(validators=[MinValueValidator(0)])
     gate_headroom = models.FloatField(
         default=DEFAULT_GATE_HEADROOM,
-        help_text="share of the budget its worker's coordinator leaves free (worker --gate-headroom, "
-                  "registered by the worker); the scheduler plans groups against the rest")
+        help_text="share of the budget its worker's coordinator leaves free (the worker's --gate-headroom seeds "
+                  "a new row; the worker reads it from here); the scheduler plans groups against the rest")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ONLINE)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -135,8 +135,8 @@ class Device(models.Model):
 
         Note [Budget under running jobs]
             A budget is refused (not applied later) when it is below what the device's running group
-            needs: ``placement.gating.minimal_feasible_budget`` over the latest curves of the jobs placed
-            or running on it (``max_i(peak_i + sum of the others' persistent bytes)``), divided by the
+            needs: ``placement.gating.minimal_feasible_budget`` over the planning curves (``planning_curve``) of
+            the latest curves of the jobs placed or running on it (``max_i(peak_i + sum of the others' persistent bytes)``), divided by the
             share of the budget its gate plans against (``1 - gate_headroom``). Below that figure the
             worker's gate can hold no iteration of some job, so the job stalls with no reason shown.
             To shrink a busy device, set it draining (:meth:`set_status`; ``PATCH /api/devices/<id>/
@@ -219,7 +219,7 @@ class Device(models.Model):
         for pk in ids:
             profile = MemoryProfile.objects.filter(job_id=pk).order_by("-created_at", "-id").first()
             if profile is not None:
-                curves.append(profile.memory_curve())
+                curves.append(planning_curve(profile.memory_curve()))  # Note [One planning rule]
                 with_curve.append(pk)
         if not curves:
             return 0, []
@@ -248,7 +248,7 @@ class Placement(models.Model):
     one for a script job alone, to be profiled as its run starts: :meth:`open_many` with ``profiling``).
 
     ``plan`` is the sharing plan as JSON, as ``placement.state.SharingPlan.to_dict()`` writes it
-    (the placement package owns the schema): ``{"job_ids": [3, 5], "shifts_s": [0.0, 0.12],
+    (the placement package owns the schema): ``{"job_ids": [3, 5],
     "predicted_slowdown": [1.02, 1.1], "mode": "shift", "budget_bytes": ..., "predicted_peak_bytes": ...,
     "sum_of_peaks_bytes": ...}`` — the per-job lists are aligned with ``job_ids``. Read per-job figures
     through :meth:`plan_by_job`, the one place that knows that layout.
@@ -461,11 +461,11 @@ class Placement(models.Model):
                        code=code_spec(job), profile=profile, job_budget_bytes=job.budget_bytes).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
-        """Per-job figures of the stored sharing plan: ``{job id: {"shift_s": seconds | None,
-        "predicted_slowdown": ratio | None}}`` for every job listed in ``plan["job_ids"]``.
+        """Per-job figures of the stored sharing plan: ``{job id: {"predicted_slowdown": ratio | None}}`` for
+        every job listed in ``plan["job_ids"]``.
 
-        The plan is ``SharingPlan.to_dict()`` (placement/state.py), whose ``shifts_s`` and
-        ``predicted_slowdown`` are lists aligned with ``job_ids``. A missing or malformed plan (an empty
+        The plan is ``SharingPlan.to_dict()`` (placement/state.py), whose ``predicted_slowdown`` is a
+        list aligned with ``job_ids``. A missing or malformed plan (an empty
         dict, lists of another length) yields None figures rather than raising: a page must still render.
         """
         plan = self.plan if isinstance(self.plan, dict) else {}
@@ -477,8 +477,7 @@ class Placement(models.Model):
             values = plan.get(name)
             return values if isinstance(values, list) and len(values) == len(job_ids) else [None] * len(job_ids)
 
-        return {j: {"shift_s": s, "predicted_slowdown": r}
-                for j, s, r in zip(job_ids, aligned("shifts_s"), aligned("predicted_slowdown"))
+        return {j: {"predicted_slowdown": r} for j, r in zip(job_ids, aligned("predicted_slowdown"))
                 if isinstance(j, int) and not isinstance(j, bool)}
 
     def end(self, reason: str = "") -> None:

@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 from redis.exceptions import RedisError
 
-from placement.gating import DEFAULT_GATE_HEADROOM
+from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 from placement import reasons
 from placement.policies import FirstFitFifo, MemoryAware, Policy
 from zico.cluster.models import Device, Placement, Status
@@ -125,8 +125,8 @@ def send_tasks(outbox: list[tuple[str, int, str, list]]) -> list[tuple[str, int,
 
 def make_policy(name: str = "memory-aware") -> Policy:
     """The service's policy by name, with its settings: ``memory-aware`` (slowdown limit
-    ``settings.ZICO_MAX_SLOWDOWN``, at most ``settings.ZICO_MAX_GROUP`` jobs per device; groups planned with each device's registered gate share, and
-    ``1 - DEFAULT_GATE_HEADROOM`` for a device without one; at most ``settings.ZICO_ROUND_PLANNING_BUDGET_S`` CPU
+    ``settings.ZICO_MAX_SLOWDOWN``, at most ``settings.ZICO_MAX_GROUP`` jobs per device; groups planned with the jobs' planning curves (the snapshot's,
+    Note [One planning rule] in placement.gating) against each device's gate share (``1 - Device.gate_headroom``); at most ``settings.ZICO_ROUND_PLANNING_BUDGET_S`` CPU
     seconds of new plans per round, Note [Planning budget] in placement.policies) or ``fifo``.
 
     Raises:
@@ -134,7 +134,7 @@ def make_policy(name: str = "memory-aware") -> Policy:
     """
     if name == "memory-aware":
         return MemoryAware(max_group=settings.ZICO_MAX_GROUP, max_slowdown=settings.ZICO_MAX_SLOWDOWN,
-                           group_share=1 - DEFAULT_GATE_HEADROOM,
+                           group_share=gate_share(DEFAULT_GATE_HEADROOM),
                            planning_budget_s=settings.ZICO_ROUND_PLANNING_BUDGET_S)
     if name == "fifo":
         return FirstFitFifo()
@@ -283,7 +283,7 @@ class Scheduler:
             rooms.remove(fit)
             busy.append((str(fit.device), float(fit.device.budget_bytes), f"profiling job {job.pk}"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
-            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile", "shifts_s": [0.0],
+            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
                                                "budget_bytes": fit.device.budget_bytes}))
         opened = Placement.open_many(groups, profiling=True) if groups else []
         for (device, [job], _), got in zip(groups, opened):

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from placement.compute_share import DEFAULT_COMPUTE_SHARE, stored_share
 from placement.curves import CurveError, MemoryCurve, curve_from_dict
+from placement.gating import planning_curve
 from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
 from zico.cluster.models import Device, Status
 from zico.jobs.models import Job, MemoryProfile
@@ -51,7 +52,8 @@ def compute_share(curve: MemoryCurve) -> float:
 
 @dataclass(frozen=True)
 class _Curve:
-    """One distinct stored curve: its JSON, the parsed curve (None when unusable) and its key."""
+    """One distinct stored curve: its JSON (sent to the worker, whose gate derives the same planning curve), the
+    curve the scheduler plans with (``placement.gating.planning_curve`` of it; None when unusable) and its key."""
 
     json: dict[str, Any]
     curve: MemoryCurve | None
@@ -88,7 +90,7 @@ def _latest_curves(job_ids) -> dict[int, _Curve]:
         if not body:
             continue
         try:
-            curve = curve_from_dict(body)
+            curve = planning_curve(curve_from_dict(body))  # Note [One planning rule] in placement.gating
         except CurveError as exc:
             log.warning("stored curve of profile %s unusable (%s)", pid, exc)
             curve = None

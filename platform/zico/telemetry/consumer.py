@@ -232,10 +232,12 @@ class ControlConsumer:
             prune()
 
     def push_budgets(self) -> None:
-        """Write every online device's budget bytes where its worker reads it."""
+        """Write every online device's budget bytes and gate headroom where its worker reads them."""
         pipe = self.redis.pipeline(transaction=False)
         for d in Device.objects.select_related("node").exclude(status="offline"):
-            pipe.set(keys.budget_key(keys.device_key(d.kind, d.node.host, d.index)), d.budget_bytes)
+            key = keys.device_key(d.kind, d.node.host, d.index)
+            pipe.set(keys.budget_key(key), d.budget_bytes)
+            pipe.set(keys.gate_headroom_key(key), repr(float(d.gate_headroom)))
         pipe.execute()
 
     def push_cancellations(self) -> None:

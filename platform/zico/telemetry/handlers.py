@@ -66,8 +66,8 @@ def end_placement_if_done(placement: Placement | None, reason: str) -> None:
 
 
 def _gate_headroom(msg: dict[str, Any]) -> float:
-    """The worker's gate headroom from its ``worker_up``; the default when it sent none (an older
-    worker), and with a warning when it sent one outside [0, 1)."""
+    """The gate headroom a ``worker_up`` seeds a new device row with (its ``--gate-headroom``); the default when it
+    sent none, and with a warning when it sent one outside [0, 1)."""
     if "gate_headroom" not in msg:
         return DEFAULT_GATE_HEADROOM
     value = msg["gate_headroom"]
@@ -80,28 +80,29 @@ def _gate_headroom(msg: dict[str, Any]) -> float:
 
 # -- handlers ------------------------------------------------------------------------------------
 def on_worker_up(msg: dict[str, Any], r) -> Device:
-    """Register (or refresh) the worker's node and device; requeue runs its previous process left behind."""
+    """Register (or refresh) the worker's node and device; requeue runs its previous process left behind. The
+    device row owns its budget and gate headroom: the worker's figures only seed a new row, and the row's are
+    written where the worker reads them."""
     kind, host, index = keys.parse_device_key(msg["device"])
     total = int(msg["total_bytes"])
     with transaction.atomic():
         node, _ = Node.objects.get_or_create(host=host)
         dev = Device.objects.select_for_update().filter(node=node, kind=kind, index=index).first()
-        headroom = _gate_headroom(msg)
         if dev is None:
             budget = min(int(msg.get("budget_bytes") or total), total)
             dev = Device.objects.create(node=node, kind=kind, index=index, name=str(msg.get("name", ""))[:100],
                                         uuid=str(msg.get("uuid", ""))[:64], total_bytes=total, budget_bytes=budget,
-                                        gate_headroom=headroom)
+                                        gate_headroom=_gate_headroom(msg))
         else:
             dev.name, dev.uuid, dev.total_bytes = str(msg.get("name", ""))[:100], str(msg.get("uuid", ""))[:64], total
             dev.budget_bytes = min(dev.budget_bytes, total)
-            dev.gate_headroom = headroom
             if dev.status == "offline":  # a draining device stays draining (Device.set_status)
                 dev.status = "online"
-            dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "gate_headroom", "status"])
+            dev.save(update_fields=["name", "uuid", "total_bytes", "budget_bytes", "status"])
         Node.objects.filter(pk=node.pk).update(status="online")
     dev.heartbeat(_dt(msg["t"]))
     r.set(keys.budget_key(msg["device"]), dev.budget_bytes)
+    r.set(keys.gate_headroom_key(msg["device"]), repr(float(dev.gate_headroom)))
     # One process per device: a new process means the old one is gone, with whatever it was running.
     started = _dt(msg.get("started_at", msg["t"]))
     # So is a profile it was running: the task died with it (acks_late may redeliver it, but only to a
@@ -200,8 +201,7 @@ def on_job_delay(msg: dict[str, Any], r) -> None:
         return
     details = {"placement": msg.get("placement"), "iteration": msg.get("iteration"),
                "delays": int(msg.get("delays", 1)), "delay_s": float(msg.get("delay_s", 0.0)),
-               "delay_max_s": float(msg.get("delay_max_s", msg.get("delay_s", 0.0))),
-               "reason": str(msg.get("reason", ""))[:500]}
+               "delay_max_s": float(msg.get("delay_max_s", msg.get("delay_s", 0.0)))}
     updated = Event.objects.filter(job=job, kind=Event.Kind.DELAY,
                                    details__placement=details["placement"]).update(details=details)
     if not updated:

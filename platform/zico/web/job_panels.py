@@ -144,13 +144,12 @@ def _plan_view(user, job, placement, group) -> dict | None:
         m = other.metrics or {}
         rows.append({"job": other if shown else None, "is_self": other.pk == job.pk,
                      "ended": other.status if shown and other.is_finished and other.pk != job.pk else "",
-                     "shift_s": per_job.get(other.pk, {}).get("shift_s") if shown else None,
                      "predicted_slowdown": per_job.get(other.pk, {}).get("predicted_slowdown") if shown else None,
                      "measured_slowdown": m.get("slowdown") if shown else None})
     device_visible = access.timeline_devices(user).filter(pk=group.device_id).exists()
     return {"rows": rows, "budget_bytes": plan.get("budget_bytes"),
             "predicted_peak_bytes": plan.get("predicted_peak_bytes"), "device_visible": device_visible,
-            "shift_s": per_job.get(job.pk, {}).get("shift_s"), "mode": plan.get("mode"),
+            "mode": plan.get("mode"),
             "predicted_slowdown": per_job.get(job.pk, {}).get("predicted_slowdown"),
             "group": group, "regrouped": placement is not None and group.pk != placement.pk}
 

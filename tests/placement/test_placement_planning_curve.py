@@ -1,13 +1,19 @@
-"""placement.gating.held_curve / held_floor: the planning rule of workers.colocate and the real-run experiment
-(Note [Planning with held bytes]), and why its peak starts at the backward mark: the pacer, on a fake clock."""
+"""placement.gating.planning_curve / held_floor: the one planning rule (Note [One planning rule]), its fallback for
+a curve without a stored held peak, and why its peak starts at the backward mark: the pacer, on a fake clock."""
 import pytest
 
 from placement.coordinator import Coordinator
 from placement.curves import MemoryCurve
-from placement.gating import HELD_GATE_HEADROOM, held_curve, held_floor, minimal_feasible_budget
+from placement.gating import (DEFAULT_GATE_HEADROOM, gate_share, held_floor, minimal_feasible_budget, planning_curve,
+                              stored_held_peak, with_held_peak)
 from placement.pacing import Pacer
 
 MIB = 1 << 20
+
+
+def held_curve(curve, held_peak_bytes):
+    """The planning curve of ``curve`` stored with ``held_peak_bytes``, as the worker stores a profile."""
+    return planning_curve(with_held_peak(curve, held_peak_bytes))
 
 
 def resnet_like(backward=0.3):
@@ -18,7 +24,7 @@ def resnet_like(backward=0.3):
                        iteration_s=1.0, persistent_bytes=10 * MIB, source="allocator-trace", meta=meta)
 
 
-def test_a_held_curve_carries_the_solo_overhead_and_its_peak_from_the_backward_mark():
+def test_a_planning_curve_carries_the_stored_overhead_and_its_peak_from_the_backward_mark():
     h = held_curve(resnet_like(), 70 * MIB)  # the pool held 10 MiB more than the job allocated, alone
     assert h.persistent_bytes == 20 * MIB and h.peak_bytes == 70 * MIB
     assert list(h.bytes / MIB) == [20, 30, 70, 70, 70, 30]  # from the backward mark's step (0.3) to the peak
@@ -32,12 +38,49 @@ def test_a_held_curve_carries_the_solo_overhead_and_its_peak_from_the_backward_m
     assert held_curve(resnet_like(), 50 * MIB).peak_bytes == 60 * MIB
     with pytest.raises(ValueError, match="held_peak_bytes"):
         held_curve(resnet_like(), float("nan"))
+    with pytest.raises(ValueError, match="held_peak_bytes"):
+        with_held_peak(resnet_like(), -1)
+
+
+def test_the_held_peak_is_stored_in_the_curve_and_survives_its_json():
+    from placement.curves import curve_from_dict
+
+    stored = with_held_peak(resnet_like(), 70.4 * MIB)
+    assert stored.meta["held_peak_bytes"] == round(70.4 * MIB) and list(stored.bytes) == list(resnet_like().bytes)
+    again = curve_from_dict(stored.to_dict())  # what the profile row holds and the worker's run spec carries
+    assert stored_held_peak(again) == round(70.4 * MIB)
+    assert list(planning_curve(again).bytes) == list(planning_curve(stored).bytes)
+    assert with_held_peak(resnet_like(), 1).meta["held_peak_bytes"] == 60 * MIB  # never below the allocated peak
+
+
+def test_without_a_stored_held_peak_a_curve_is_planned_with_its_allocated_bytes():
+    # an estimate, a PyTorch snapshot, an older profile: no pool overhead added, only the backward-mark hold
+    plain = planning_curve(resnet_like())
+    assert plain.meta["held_overhead_bytes"] == 0 and plain.persistent_bytes == 10 * MIB
+    assert list(plain.bytes / MIB) == [10, 20, 60, 60, 60, 20]
+    for bad in ("70", -5, float("inf"), True):  # an unusable figure is no figure
+        c = resnet_like()
+        c.meta["held_peak_bytes"] = bad
+        assert stored_held_peak(c) is None and list(planning_curve(c).bytes) == list(plain.bytes)
+
+
+def test_the_rule_is_idempotent_so_a_gate_given_a_planning_curve_plans_the_same():
+    once = held_curve(resnet_like(), 70 * MIB)
+    twice = planning_curve(once)
+    assert list(twice.bytes) == list(once.bytes) and twice.persistent_bytes == once.persistent_bytes
+
+
+def test_the_gate_share_is_the_rest_of_the_budget_and_refuses_a_bad_headroom():
+    assert gate_share(DEFAULT_GATE_HEADROOM) == pytest.approx(0.9) and gate_share(0) == 1.0
+    for bad in (1.0, -0.1, float("nan"), True, "0.1"):
+        with pytest.raises(ValueError, match="gate headroom"):
+            gate_share(bad)
 
 
 def test_the_floor_is_the_least_feasible_budget_of_the_held_curves_over_the_headroom():
     a, b = held_curve(resnet_like(), 70 * MIB), held_curve(resnet_like(backward=None), 60 * MIB)
     assert minimal_feasible_budget([a, b]) == 70 * MIB + 10 * MIB  # a's peak beside b's persistent bytes
-    assert held_floor([a, b]) == pytest.approx(80 * MIB / (1 - HELD_GATE_HEADROOM))
+    assert held_floor([a, b]) == pytest.approx(80 * MIB / (1 - DEFAULT_GATE_HEADROOM))
     assert held_floor([a, b], 0.0) == 80 * MIB
     with pytest.raises(ValueError, match="headroom"):
         held_floor([a, b], 1.0)
