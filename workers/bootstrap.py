@@ -100,7 +100,8 @@ def start_device(config) -> None:
     info = describe(config)
     budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
     coordinator = Coordinator(config.gate_fraction * budget)  # Note [Gate headroom] (workers.device)
-    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env())
+    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env(),
+                        slots=config.slots)  # a CPU device's cores divided among its slots (zico_contracts.cpushare)
     link = Link(config.redis_url, config.device)
     rt = DeviceRuntime(config, info, agent, link)
     rt.budget_bytes = budget
