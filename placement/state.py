@@ -130,8 +130,9 @@ class Device:
 
     @property
     def label(self) -> str:
-        """``host:kindindex``, as the service names a device (zico.cluster.models.Device.__str__)."""
-        return f"{self.host}:{self.kind}{self.index}"
+        """``kind.host.index`` (``gpu.node1.0``): the device's one name, as zico_contracts.queues.device_key
+        spells it for Redis and the pages, and zico.cluster.models.Device.__str__ for the service."""
+        return f"{self.kind}.{self.host}.{self.index}"
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,13 @@ def main() -> None:
     from zico.scheduling.service import make_policy
     from zico.scheduling.snapshot import compute_share
 
-    log("profiling each job alone through the Zico allocator (solo peaks and iteration times)")
-    curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
+    from demo_gain import SLOTS, gain, gain_check, predicted_ratio, slot_threads, uncoordinated
+    from zico_contracts.cpushare import describe as describe_share
+
+    with slot_threads() as share:  # the job processes' thread policy (Note [Measuring the demo's gain])
+        log(f"profiling each job alone through the Zico allocator (solo peaks and iteration times), with a job's "
+            f"share of this CPU device: {share.threads} thread(s) on CPU {','.join(map(str, share.cpus))}")
+        curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
     profiles_path = var_dir / "demo-profiles.json"  # what the plan below was chosen from, to replay a run's choice
     profiles_path.write_text(json.dumps({"curves": [c.to_dict() for c in curves], "reserved": reserved}))
     log(f"solo profiles written to {profiles_path}")
@@ -221,7 +226,7 @@ def main() -> None:
     procs = {
         "consumer": start("consumer", [py, "manage.py", "runconsumer"], run_dir, var_dir),
         "worker": start("worker", [py, "-m", "workers.bootstrap", "--kind", "cpu", "--capacity", str(capacity),
-                                   "--budget", str(budget), "--slots", "2"],
+                                   "--budget", str(budget), "--slots", str(SLOTS)],
                         run_dir, var_dir),
     }
     device = wait_for("the CPU device worker to register", lambda: Device.objects.filter(  # this worker's capacity
@@ -297,6 +302,8 @@ def main() -> None:
               f"{m.get('delay_max_s', 0):.2f} s; waits under 0.05 s are not delays); final loss "
               f"{m.get('loss', float('nan')):.3f}" + (f", train accuracy {m['train_accuracy']:.2f}"
                                                        if "train_accuracy" in m else ""))
+        if m.get("cpu_share"):  # its slot's cores and threads (Note [Compute per slot] in zico_contracts.cpushare)
+            print(f"  CPU share: {describe_share(m['cpu_share'])}")
         share = m.get("compute_share")  # the agent's (Note [Measured compute share] in placement.compute_share)
         if share:
             stored = ((j.latest_profile().curve or {}).get("meta") or {}).get("compute_share")
@@ -315,8 +322,17 @@ def main() -> None:
         print(f"device peak reserved: no stored device points since submission; see {var_dir / 'consumer.log'}")
     print(f"device timeline: {args.base_url.rstrip('/')}{reverse('web-device-timeline', args=[device.pk])}")
     results = checks([j.status for j in jobs], together, dev_peak, budget_now, solo_reserved, str(device))
-    for c in results:
+    done = [j.metrics or {} for j in jobs]
+    g = gain([int(m.get("iterations_done") or 0) for m in done], curves,
+             [(j.finished_at or now).timestamp() for j in jobs], [float(m.get("train_s") or 0) for m in done])
+    predicted = predicted_ratio(g.solo, [m.get("predicted_slowdown") for m in done])
+    lines, gain_ok, counted = gain_check(g, [j.workload for j in jobs], budget_now, solo_reserved,
+                                         uncoordinated(curves, reserved, budget_now, max(g.solo)), predicted)
+    print("\n".join(lines))
+    for c in results + [gain_ok]:
         print(c.line())
+    if counted:  # Note [Measuring the demo's gain] in scripts/demo_gain.py
+        results.append(gain_ok)
     print("=" * 78)
     if args.stop_after:
         for name, p in procs.items():

@@ -102,7 +102,8 @@ def start_device(config) -> None:
     budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
     headroom = DEFAULT_GATE_HEADROOM if config.gate_headroom is None else config.gate_headroom
     coordinator = Coordinator(gate_share(headroom) * budget)  # the row's headroom follows (Reporter.tick)
-    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env())
+    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env(),
+                        slots=config.slots)  # a CPU device's cores divided among its slots (zico_contracts.cpushare)
     link = Link(config.redis_url, config.device)
     rt = DeviceRuntime(config, info, agent, link)
     rt.budget_bytes = budget

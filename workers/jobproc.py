@@ -373,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
     spec = json.loads(a.spec)
+    from zico_contracts.cpushare import pin_from_environment
+
+    if (unpinned := pin_from_environment()):  # the slot's cores (Note [Compute per slot]), before torch loads
+        print(f"zico: {unpinned}", file=sys.stderr)
     control = Control(int(os.environ[proto.CONTROL_FD_ENV]))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # to stderr
     logging.getLogger().addHandler(_AgentLogHandler(control))

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from zico_contracts import keys
+from zico_contracts import cpushare, keys
 
 from .device import DeviceRuntime
 from .nvml import gpu_used_bytes, gpu_utilization, process_rss_bytes
@@ -88,8 +88,10 @@ class Reporter(threading.Thread):
         if beat:
             for report in self.oom_watch.check(rt.agent.pool.counters(), [r.job_id for r in rt.jobs()]):
                 rt.link.emit("oom_prevented", **report)  # Note [OOM prevented]
+            slots = getattr(rt.agent, "cpu_slots", None)  # a CPU device's share per job (zico_contracts.cpushare)
             rt.link.heartbeat({"pid": rt.pid, "jobs": [j.job_id for j in rt.jobs()], "slots": rt.config.slots,
-                               "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes})
+                               "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes,
+                               **({cpushare.METRIC: slots.per_job()} if slots is not None else {})})
             wanted = rt.link.budget_request()
             if wanted is not None and wanted != rt.budget_bytes:
                 if 0 < wanted <= rt.info.total_bytes:

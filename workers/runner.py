@@ -44,7 +44,9 @@ Note [Catalog jobs run as scripts]
     from a user's script: no archive is fetched and no output uploaded; its output directory is the job's
     checkpoint directory (``<ZICO_CHECKPOINT_DIR>/job-<id>``, kept for a resume; removed as before when the
     job succeeded or was cancelled); the built-in corpus is written to the data directory before the start
-    (the job sees it read-only); the worker's ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` are passed on. The
+    (the job sees it read-only); its threads and cores are its slot's (Note [Compute per slot] in
+    zico_contracts.cpushare; an agent without slots, as the benchmarks run one, passes on its own
+    ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``). The
     project reports the iteration it resumed from and the total (``resumed_from``, ``iterations``: the
     progress and rate count from there), so ``job_started`` says ``resumed_from`` 0 even for a resumed run;
     its metrics say where it resumed. A stop (cancel, stale placement) raises at the next iteration start in
@@ -268,7 +270,7 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
 
 CATALOG_PROJECT = Path(__file__).resolve().parent / "catalog_project"  # the built-in project a catalog job runs
 CATALOG_SCRIPT = "train.py"
-PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the worker's thread counts, which its catalog jobs keep
+PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # an agent without CPU slots: its own thread counts, kept
 
 
 def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any] | None = None
@@ -306,7 +308,8 @@ def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any
         argv += ["--checkpoint-every-s", str(rt.config.checkpoint_every_s)]
     if getattr(spec, "job_created_at", None):
         argv += ["--created-at", str(spec.job_created_at)]
-    env = {k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}
+    slotted = getattr(rt.agent, "cpu_slots", None) is not None  # else the job's env would override its slot's
+    env = {} if slotted else {k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}
     return dirs, {"kind": "script", "code_dir": str(dirs.code_dir), "argv": argv, "env": env,
                   "device": rt.torch_device, "output_dir": str(dirs.output_dir), "scratch_dir": str(dirs.scratch_dir),
                   "data_dir": str(data_dir), "iterations": int(run_params.get("iterations", params["iterations"])),

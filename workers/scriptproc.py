@@ -53,7 +53,7 @@ import traceback
 from typing import Any
 
 from zico_contracts.oom import describe_oom
-from zico_contracts import userjob
+from zico_contracts import cpushare, userjob
 
 from . import jobproc
 from .stepclock import JobStopped, StepClock
@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job_id = spec["job"]
     os.environ.update(spec.get("env") or {})  # before torch loads: OMP_NUM_THREADS and the like count there
+    unpinned = cpushare.pin_from_environment()  # the slot's cores (Note [Compute per slot]), before torch too
+    if unpinned:
+        print(f"zico: {unpinned}", file=sys.stderr)
     control = jobproc.Control(int(os.environ[jobproc.proto.CONTROL_FD_ENV]))
     problem = command_problem(spec)
     if problem:

@@ -21,13 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from zico_contracts.computeshare import METRIC as COMPUTE_SHARE
+from zico_contracts.cpushare import METRIC as CPU_SHARE
 
 RUNTIME_METRICS = frozenset({
     "iterations_done", "run_s", "train_s", "iterations_per_s", "gate_delay_s", "gate_waits",
     "peak_allocated_bytes", "peak_reserved_bytes",
 })
 WORKER_METRICS = frozenset({
-    COMPUTE_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "peak_disk_bytes", "wall_s", "pid",
+    COMPUTE_SHARE, CPU_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "peak_disk_bytes", "wall_s", "pid",
     "mean_iteration_s", "solo_iteration_s", "slowdown", "predicted_slowdown",
     "output_files", "output_bytes", "output_skipped", "output_skipped_count",
 })

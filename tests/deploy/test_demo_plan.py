@@ -50,14 +50,14 @@ def test_spans_overlap_only_on_one_device_and_in_time(dp):
 
 
 def test_each_check_fails_with_its_figures(dp):
-    ok = dp.checks(["succeeded", "succeeded"], True, 300 * MIB, 320 * MIB, 380 * MIB, "h:cpu0")
+    ok = dp.checks(["succeeded", "succeeded"], True, 300 * MIB, 320 * MIB, 380 * MIB, "cpu.h.0")
     assert all(c.ok for c in ok) and len(ok) == 4
-    bad = dp.checks(["succeeded", "failed"], False, 330 * MIB, 380 * MIB, 380 * MIB, "h:cpu0")
+    bad = dp.checks(["succeeded", "failed"], False, 330 * MIB, 380 * MIB, 380 * MIB, "cpu.h.0")
     lines = [c.line() for c in bad]
     assert [c.ok for c in bad] == [False, False, True, False]
     assert "succeeded, failed" in lines[0] and "one after the other" in lines[1]
     assert "380.0 MiB < sum of solo peaks 380.0 MiB" in lines[3]
-    none = dp.checks(["succeeded"] * 2, True, None, 320 * MIB, 380 * MIB, "h:cpu0")
+    none = dp.checks(["succeeded"] * 2, True, None, 320 * MIB, 380 * MIB, "cpu.h.0")
     assert not none[2].ok and "nothing stored" in none[2].text
 
 

@@ -7,8 +7,9 @@ and co-located under a device budget below the sum of their solo peaks.
 Real PostgreSQL, real Redis (private), a real web server, and the real processes: control consumer, scheduler
 service and one CPU device worker, started the documented way.
 
-Settings tuned for the test: ``OMP_NUM_THREADS=1`` in each job's environment (one intra-op thread per job: three
-jobs on the test machine's two cores would otherwise oversubscribe them, and a step took 10x longer);
+Each job's threads are the platform's own (Note [Compute per slot] in zico_contracts.cpushare: the worker's 4 slots
+on the test machine's 2 cores give each job one thread, slots sharing cores round-robin; torch's default threads
+would oversubscribe them, and a step took 10x longer). Settings tuned for the test:
 ``ZICO_MAX_SLOWDOWN=64`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
 shifts stretch them is placed together on the one device: the slowdown limit is not under test here, and what the
 plan predicts for the LSTM depends on the compute shares round 1 measured on the test machine (the default limit
@@ -64,7 +65,7 @@ def zico(home: Path, *args: str, timeout: float = 120, popen: bool = False):
 
 
 def submit(home: Path, project: Path, name: str, *options: str) -> int:
-    out = zico(home, "submit", "--json", "--name", name, "--env", "OMP_NUM_THREADS=1", *options, str(project), "--",
+    out = zico(home, "submit", "--json", "--name", name, *options, str(project), "--",
                *COMMANDS[name])
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["job"]["id"]
@@ -143,6 +144,9 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
         assert text.count(f"{name} step 0 loss") == 1 and text.count(f"{name} done: {STEPS} steps") == 1, text
         assert "profiling: the memory of the first 4 iterations is measured; the run goes on" in text
         assert job.metrics["iterations_done"] == STEPS
+        share = job.metrics["cpu_share"]  # the platform's threads: 4 slots on this host's cores
+        assert share["slots"] == 4 and share["threads"] == max(1, share["cores"] // 4) and not share["user_set"], share
+        assert "zico: this job's share of the CPU device: " in text, text
         assert job.placements.count() == 1  # one placement: the profile and the run are one
     together = seconds_running(first.values())
     overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)

@@ -24,8 +24,8 @@ def _job(i, curve=A, tenant="t", at=0.0, **kw):
 def test_compute_contention_over_the_limit_names_the_device_the_jobs_and_both_factors():
     dev = Device("d0", 16 * GiB, running=(_job(1, compute_share=0.86),), host="h", kind="gpu", index=3)
     why = MemoryAware(max_slowdown=1.6).decide(_state([dev], [_job(2, compute_share=0.86, at=1)])).waiting[2]
-    assert why.kind == reasons.SLOWDOWN_LIMIT and why.device == "h:gpu3"
-    assert why.text == ("waiting for device h:gpu3: co-locating with job 1 would slow job 1 and this job "
+    assert why.kind == reasons.SLOWDOWN_LIMIT and why.device == "gpu.h.3"
+    assert why.text == ("waiting for device gpu.h.3: co-locating with job 1 would slow job 1 and this job "
                         "by 1.72× (limit 1.6×)")
     assert why.figures["slowdown"] == pytest.approx(1.72) and why.figures["limit"] == 1.6
 
@@ -78,7 +78,7 @@ def test_tenants_that_do_not_share_say_which_one_refuses_and_never_name_the_othe
     dev = Device("d0", 16 * GiB, running=(_job(71, tenant="u"),))
     why = MemoryAware().decide(_state([dev], [_job(2, at=1)], tenants)).waiting[2]
     assert why.kind == reasons.TENANTS_DO_NOT_SHARE
-    assert why.text == (f"waiting for device localhost:gpu0: it runs a job of another tenant and {who} allow "
+    assert why.text == (f"waiting for device gpu.localhost.0: it runs a job of another tenant and {who} allow "
                         "sharing a device with other tenants")
     assert "71" not in why.text and why.figures["job_ids"] == [71]
 
@@ -92,9 +92,9 @@ def test_a_full_group_and_the_fifo_one_job_per_device_say_what_runs_there():
     dev = Device("d0", 16 * GiB, running=(_job(1, compute_share=0.3), _job(2, compute_share=0.3)))
     why = MemoryAware(max_group=2).decide(_state([dev], [_job(3, compute_share=0.3, at=1)])).waiting[3]
     assert why.kind == reasons.DEVICE_BUSY
-    assert why.text == "waiting for device localhost:gpu0: it already runs 2 jobs (at most 2 per device)"
+    assert why.text == "waiting for device gpu.localhost.0: it already runs 2 jobs (at most 2 per device)"
     why = FirstFitFifo().decide(_state([Device("d0", 16 * GiB, running=(_job(1),))], [_job(3)])).waiting[3]
-    assert why.text == "waiting for device localhost:gpu0: it runs job 1 (one job per device)"
+    assert why.text == "waiting for device gpu.localhost.0: it runs job 1 (one job per device)"
 
 
 def test_no_room_beside_the_running_jobs_gives_what_the_group_needs_and_the_budget():
@@ -102,7 +102,7 @@ def test_no_room_beside_the_running_jobs_gives_what_the_group_needs_and_the_budg
     dev = Device("d0", 6.5 * GiB, running=(_job(1, compute_share=0.3),))
     why = MemoryAware().decide(_state([dev], [_job(2, compute_share=0.3, at=1)])).waiting[2]
     assert why.kind == reasons.NO_ROOM
-    assert why.text == "waiting for device localhost:gpu0: beside job 1 it needs 7 GiB, the group budget is 6.5 GiB"
+    assert why.text == "waiting for device gpu.localhost.0: beside job 1 it needs 7 GiB, the group budget is 6.5 GiB"
     # the group budget is the device's share for groups
     dev = Device("d0", 7.5 * GiB, running=(_job(1, compute_share=0.3),), group_share=0.8)
     why = MemoryAware().decide(_state([dev], [_job(2, compute_share=0.3, at=1)])).waiting[2]
@@ -113,7 +113,7 @@ def test_the_closest_device_is_named_a_slowdown_before_a_device_too_small():
     small = Device("d0", 2 * GiB, index=0)
     shared = Device("d1", 16 * GiB, running=(_job(1, compute_share=0.9),), index=1)
     why = MemoryAware().decide(_state([small, shared], [_job(2, compute_share=0.9, at=1)])).waiting[2]
-    assert why.kind == reasons.SLOWDOWN_LIMIT and why.device == "localhost:gpu1"
+    assert why.kind == reasons.SLOWDOWN_LIMIT and why.device == "gpu.localhost.1"
 
 
 def test_every_queued_job_is_placed_or_has_a_reason():
@@ -132,13 +132,13 @@ def test_every_queued_job_is_placed_or_has_a_reason():
 
 def test_an_offline_device_that_would_hold_the_job_is_named():
     why = reasons.no_device_fits(_job(1), [Device("d0", 4 * GiB)])
-    unavailable = [("h:gpu1", 8 * GiB, "offline"), ("h:gpu2", 2 * GiB, "offline")]
+    unavailable = [("gpu.h.1", 8 * GiB, "offline"), ("gpu.h.2", 2 * GiB, "offline")]
     refined = reasons.unavailable_devices(why, 6 * GiB, unavailable)
-    assert refined.kind == reasons.DEVICE_OFFLINE and refined.device == "h:gpu1"
-    assert refined.text == ("no online device can hold its 6 GiB peak (largest budget 4 GiB); device h:gpu1 can, "
+    assert refined.kind == reasons.DEVICE_OFFLINE and refined.device == "gpu.h.1"
+    assert refined.text == ("no online device can hold its 6 GiB peak (largest budget 4 GiB); device gpu.h.1 can, "
                             "but is offline")
-    none_online = reasons.unavailable_devices(reasons.no_device(), 6 * GiB, [("h:gpu2", 2 * GiB, "draining")])
-    assert none_online.text == "no device is online (h:gpu2 draining)"
+    none_online = reasons.unavailable_devices(reasons.no_device(), 6 * GiB, [("gpu.h.2", 2 * GiB, "draining")])
+    assert none_online.text == "no device is online (gpu.h.2 draining)"
 
 
 def test_bytes_read_as_people_write_them():

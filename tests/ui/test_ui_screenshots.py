@@ -77,8 +77,9 @@ def build_cluster(p, publish, now: float):
         ev = Event.record(Event.Kind.DELAY, job=j, device=dev, iteration=int((t - now + 900) / PERIOD_S),
                           delay_s=round(0.08 + 0.05 * (k % 4), 2), reason="gated: predicted peak above budget")
         Event.objects.filter(pk=ev.pk).update(time=_dt(t))
-    ev = Event.record(Event.Kind.OOM_PREVENTED, job=jobs[0][0], device=dev, requested_bytes=3 * GIB)
-    Event.objects.filter(pk=ev.pk).update(time=_dt(now - 300))
+    for t in range(int(now) - 600, int(now) - 120, 5):  # under load: a report every 5 s, one marker a minute
+        ev = Event.record(Event.Kind.OOM_PREVENTED, job=jobs[0][0], device=dev, count=3, waited_s=0.4, overruns=0)
+        Event.objects.filter(pk=ev.pk).update(time=_dt(t))
     # stored timeline: 1 point per second (the largest of the second), the last 15 min
     rows = []
     for s in range(int(now) - 900, int(now)):  # the consumer stores every second; live samples overlay the last 2 min
@@ -301,7 +302,7 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
     page.goto(f"/devices/{dev.pk}/")
     page.get_by_role("button", name="5 min", exact=True).click()
     expect(page.locator("#live-state")).to_have_text("Live")
-    expect(page.locator("#device-legend button")).to_have_count(5)  # Budget, Pool, Delays and the pair
+    expect(page.locator("#device-legend button")).to_have_count(6)  # Budget, Pool, Delays, OOM prevented, the pair
     page.evaluate("""() => echarts.getInstanceByDom(document.getElementById('device-chart'))
         .dispatchAction({type: 'dataZoom', startValue: (Date.now() / 1000 - 25) * 1000 })""")  # the last ~20 s
     page.wait_for_timeout(300)

@@ -52,13 +52,14 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from placement.compute_meter import ComputeMeter
-from zico_contracts import computeshare, jobmetrics, keys, userjob
+from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
 from . import diskwatch, sandbox
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
+from .slots import CpuSlots
 from .settings import AgentSettings
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class JobRun:
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
     compute_share: dict[str, Any] | None = None  # the run's measured share (zico_contracts.computeshare), at its end
+    cpu_share: dict[str, Any] | None = None  # its slot's cores and threads (zico_contracts.cpushare), CPU only
     # live state
     pid: int | None = None
     job_pid: int | None = None
@@ -129,11 +131,15 @@ class DeviceAgent:
         budget_bytes: the device budget (bytes); the gate plans with ``coordinator``'s own share of it.
         coordinator: the device's ``placement.coordinator.Coordinator`` (None: jobs run ungated).
         settings: timeouts and margins (:class:`AgentSettings`).
+        slots: CPU: the most jobs that may share the device; each job then gets its slot's share of the cores
+            (:mod:`.slots`), reported as ``cpu_share`` in its metrics. None: jobs get torch's defaults.
     """
 
     def __init__(self, device: str, capacity_bytes: int | None, budget_bytes: int, coordinator=None,
-                 settings: AgentSettings | None = None):
+                 settings: AgentSettings | None = None, slots: int | None = None):
         self.device = device
+        # CPU: each job gets its slot's cores and threads (Note [Compute per slot] in zico_contracts.cpushare)
+        self.cpu_slots = CpuSlots(slots) if slots is not None and device == "cpu" else None
         self.settings = settings or AgentSettings.from_env()
         self.pool = Pool(device, capacity_bytes, budget_bytes)
         self.capacity_bytes = capacity_bytes
@@ -208,13 +214,14 @@ class DeviceAgent:
                     return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None,
                             "metrics": {}}
                 spec, module = box.spec, self.settings.script_module
+            share_env = self._cpu_share(run, spec)
             agent_fd = self.pool.add_job(run.job_id, run.tenant_id, run.budget_bytes)
             proc = JobProcess(run.job_id, spec, module,
                               lambda msg: self._on_message(run, proc, msg),
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
                               agent_fd, self.settings.stderr_lines, sandbox=box,
                               on_output=lambda stream, line: self._on_output(run, stream, line),
-                              output_line_bytes=self.settings.output_line_bytes)
+                              output_line_bytes=self.settings.output_line_bytes, share_env=share_env)
         except BaseException:
             self._forget(run.job_id)
             self.pool.remove_job(run.job_id)
@@ -234,7 +241,20 @@ class DeviceAgent:
         proc.finish()
         return self._outcome(run, proc, returncode)
 
+    def _cpu_share(self, run: JobRun, spec: dict[str, Any]) -> dict[str, str] | None:
+        """Take a slot for ``run`` (CPU device with slots): its share goes in ``run.cpu_share`` and a line in its
+        log; returns the environment that hands it over (None without slots)."""
+        if self.cpu_slots is None:
+            return None
+        env, share = cpushare.job_environment(self.cpu_slots.take(run.job_id), spec.get("env"))
+        run.cpu_share = share.to_dict()
+        run.on_output("stderr", f"zico: this job's share of the CPU device: "
+                                f"{cpushare.describe(run.cpu_share, spec.get('env'))}")
+        return env
+
     def _forget(self, job_id: int) -> None:
+        if self.cpu_slots is not None:
+            self.cpu_slots.free(job_id)
         with self._ended:
             self._runs.pop(job_id, None)
             self._ended.notify_all()
@@ -488,6 +508,8 @@ class DeviceAgent:
                        **({"peak_disk_bytes": run.peak_disk} if run.peak_disk else {}))
         if run.compute_share is not None:
             metrics[computeshare.METRIC] = run.compute_share
+        if run.cpu_share is not None:
+            metrics[cpushare.METRIC] = run.cpu_share
         out: dict[str, Any] = {"pid": run.job_pid or proc.pid, "returncode": returncode, "metrics": metrics}
         if run.done is not None and "curve" in run.done:  # a profile run's memory curve (workers.profiling)
             out["curve"] = run.done["curve"]

@@ -151,12 +151,15 @@ class JobProcess:
     ``on_protocol_error(exc)`` for a message that breaks the protocol (the agent then kills the job);
     ``on_output(stream, line)`` in a drain thread for every line of stdout (``"stdout"``) and stderr
     (``"stderr"``), each cut to ``output_line_bytes``. ``sandbox`` (a :class:`workers.agent.sandbox.Sandbox`)
-    wraps the command; ``spec`` is then the sandbox's own (in-sandbox paths) and goes in as a file."""
+    wraps the command; ``spec`` is then the sandbox's own (in-sandbox paths) and goes in as a file.
+    ``share_env``: the job's share of a CPU device (zico_contracts.cpushare.job_environment), set in its
+    environment (the job's own ``env`` in its spec is applied after, inside the job, and wins)."""
 
     def __init__(self, job_id: int, spec: dict[str, Any], job_module: str, on_message: Callable[[dict], None],
                  on_protocol_error: Callable[[Exception], None], agent_fd: int | None = None,
                  stderr_lines: int = 50, env: dict[str, str] | None = None, sandbox=None,
-                 on_output: Callable[[str, str], None] | None = None, output_line_bytes: int = 4096):
+                 on_output: Callable[[str, str], None] | None = None, output_line_bytes: int = 4096,
+                 share_env: dict[str, str] | None = None):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         self.sandboxed = sandbox is not None
@@ -165,7 +168,7 @@ class JobProcess:
         self.sock = ours
         fds = [theirs.fileno()] + ([agent_fd] if agent_fd is not None else [])
         job_env = {proto.CONTROL_FD_ENV: str(theirs.fileno()), "PYTHONUNBUFFERED": "1",
-                   **({proto.AGENT_FD_ENV: str(agent_fd)} if agent_fd is not None else {})}
+                   **({proto.AGENT_FD_ENV: str(agent_fd)} if agent_fd is not None else {}), **(share_env or {})}
         extra: list[int] = []
         if sandbox is not None:  # the environment is the sandbox's alone (no worker secrets)
             argv, child_env, extra = sandbox.command(job_module, job_env)

@@ -173,7 +173,7 @@ def profile(job: Job, device: str, capacity: int, warmup: int = 1, steady: int =
 
 def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", iterations: int = 8,
              curves: list[dict[str, Any]] | None = None, capacity: int | None = None,
-             gate_headroom: float = DEFAULT_GATE_HEADROOM, settings=None) -> dict[str, Any]:
+             gate_headroom: float = DEFAULT_GATE_HEADROOM, settings=None, slots: int | None = None) -> dict[str, Any]:
     """Run ``jobs`` in ``mode`` (one of MODES) under ``budget`` bytes; returns the run's figures.
 
     ``curves`` (the jobs' memory curves as dicts) are needed for ``zico``; ``capacity`` is the pool's for
@@ -182,7 +182,8 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     "budget_violations", "oom_failures", "failures", "gate_delay_s", "jobs": [...]}``; each job:
     ``{"label", "status", "reason", "oom", "iterations", "delay_s", "durations_s", "step_s", "span_s",
     "compute_share"}`` (``step_s``: median iteration time, warm-up excluded; ``compute_share``: the share the
-    agent's meter measured in this run, or None). ``makespan_s`` is None when a job failed.
+    agent's meter measured in this run, or None). ``makespan_s`` is None when a job failed. ``slots``: a CPU
+    device's slots, each job its slot's cores and threads (zico_contracts.cpushare); None: the process's threads.
     Raises ValueError for an unknown mode, or ``zico`` without curves.
     """
     if mode not in MODES:
@@ -195,7 +196,7 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     cap = budget if hard or capacity is None else max(budget, capacity)
     coordinator = Coordinator(gate_share(gate_headroom) * budget) if mode == "zico" else None
     agent = ExperimentAgent(device, cap if device == "cpu" else None, budget, coordinator, settings,
-                            slicing=mode == "slicing")
+                            slicing=mode == "slicing", slots=slots)
     if hard and agent.pool.native is not None:
         agent.pool.native.set_wait(0)  # Note: no waiting for room, past the budget is refused at once
     work = Path(tempfile.mkdtemp(prefix="zico-experiment-"))

@@ -163,15 +163,20 @@
         const events = state.events.filter(e => e.t * 1000 >= from);
         series.push({ id: "reserved", name: "Pool reserved", type: "line", step: "end", showSymbol: false, color: "#334155",
           lineStyle: { width: 1, opacity: 0.75 }, data: pool.map(p => [p[0] * 1000, p[2] / d]) });
-        // Delays come every iteration: ticks along the time axis, not lines across the plot.
+        // Delays come every iteration and "OOM prevented" (one marker per job and minute) many times a minute
+        // under load: ticks in a strip along the time axis, not lines across the plot.
+        const STRIP = new Set(["delay", "oom_prevented"]);
         series.push({ id: "delays", name: "Delays", type: "scatter", symbol: "rect", symbolSize: [2, 8],
           itemStyle: { color: EVENT_COLORS.delay, opacity: 0.8 }, tooltip: { formatter: p => p.data[2] },
           data: events.filter(e => e.kind === "delay").slice(-600).map(e => [e.t * 1000, 0, e.label]) });
+        series.push({ id: "oom", name: "OOM prevented", type: "scatter", symbol: "diamond", symbolSize: 8,
+          itemStyle: { color: EVENT_COLORS.oom_prevented, opacity: 0.9 }, tooltip: { formatter: p => p.data[2] },
+          data: events.filter(e => e.kind === "oom_prevented").slice(-600).map(e => [e.t * 1000, 0, e.label]) });
         series.push({ id: "budget", name: "Budget", type: "line", step: "end", showSymbol: false, color: "#dc2626",
           lineStyle: { width: 1.8 }, data: budgetData,
           markLine: { symbol: ["none", "none"], animation: false, label: { show: false },
             emphasis: { label: { show: true, formatter: p => p.name, color: "#0f172a", fontSize: 11 } },
-            data: events.filter(e => e.kind !== "delay").slice(-200).map(e => ({
+            data: events.filter(e => !STRIP.has(e.kind)).slice(-200).map(e => ({
               name: e.label, xAxis: e.t * 1000, lineStyle: { color: EVENT_COLORS[e.kind] || "#64748b", type: [4, 3], width: 1, opacity: 0.55 } })) } });
         chart.setOption(Object.assign({ tooltip: tooltip(unit), yAxis: bytesAxis(unit), xAxis: { min: from, max: now },
                                         series }, emptyNote(times.length === 0 && pool.length === 0)),

@@ -20,7 +20,9 @@
       Object.assign(state.jobs, d.jobs);
       for (const [id, pts] of Object.entries(d.series)) state.series[id] = (state.series[id] || []).concat(pts);
       state.pool = state.pool.concat(d.pool);
-      state.events = state.events.concat(d.events);
+      // a marker with a group (an "OOM prevented" minute) replaces the one of that group already shown
+      const groups = new Set(d.events.filter(e => e.group).map(e => e.group));
+      state.events = state.events.filter(e => !e.group || !groups.has(e.group)).concat(d.events);
       state.device = d.device;
     }
     received += Object.values(d.series).reduce((n, s) => n + s.length, 0) + d.pool.length;
@@ -49,7 +51,7 @@
   const hidden = new Set();
   let legendKey = "";
   function renderLegend(entries) {
-    const order = ["budget", "reserved", "delays"];
+    const order = ["budget", "reserved", "delays", "oom"];
     entries.sort((a, b) => {
       const ia = order.indexOf(a.id), ib = order.indexOf(b.id);
       if (ia >= 0 || ib >= 0) return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib);

@@ -13,7 +13,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget, planning_curve
-from zico_contracts.queues import device_queue
+from zico_contracts.queues import device_key, device_queue
 
 # Note [Budget floor]
 #     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
@@ -118,7 +118,7 @@ class Device(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.node.host}:{self.kind}{self.index}"
+        return device_key(self.kind, self.node.host, self.index)  # the one spelling: gpu.node1.0
 
     @property
     def host(self) -> str:

@@ -2,6 +2,9 @@
 timeline for admins."""
 from __future__ import annotations
 
+import json
+
+import redis
 from django.contrib.auth.decorators import login_required
 from django.db.models import OuterRef, Subquery
 from django.shortcuts import render
@@ -10,7 +13,9 @@ from django.utils import timezone
 from zico.cluster.models import Device, Placement
 from zico.telemetry.models import TimelinePoint
 
-from . import access
+from zico_contracts import cpushare, keys
+
+from . import access, live
 from .timelines import DEFAULT_WINDOW_S, WINDOWS_S, device_key
 
 STALE_S = 120  # a pool reading older than this is not the device's memory now (workers sample at 5 Hz)
@@ -54,11 +59,27 @@ def cluster(request):
     return render(request, "web/cluster.html", {"rows": rows, "totals": totals})
 
 
+def cpu_share(device) -> str:
+    """What each job gets of a CPU device's cores, from its worker's heartbeat (Note [Compute per slot] in
+    zico_contracts.cpushare): ``"1 of 2 cores and 1 thread per job (2 slots)"``; "" for a GPU, a worker that
+    sends none, or Redis unreachable."""
+    if device.kind != "cpu":
+        return ""
+    try:
+        beat = json.loads(live.client().get(keys.heartbeat_key(device_key(device))) or "{}")
+        share = beat.get(cpushare.METRIC) if isinstance(beat, dict) else None
+        threads, cores, slots = (int(share[k]) for k in ("threads", "cores", "slots"))
+    except (redis.RedisError, ValueError, TypeError, KeyError):
+        return ""
+    return (f"{min(threads, cores)} of {cores} cores and {threads} thread{'s' if threads != 1 else ''} per job "
+            f"({slots} slots)")
+
+
 @login_required
 def device_timeline(request, pk: int):
     """Stacked per-job memory of one device, its budget line and events; live, with a time-range selector."""
     device = access.device_for_timeline(request.user, pk)
     return render(request, "web/device_timeline.html", {
         "device": device, "key": device_key(device), "windows": WINDOWS_S, "window": DEFAULT_WINDOW_S,
-        "all_jobs": request.user.is_staff,
+        "all_jobs": request.user.is_staff, "cpu_share": cpu_share(device),
     })

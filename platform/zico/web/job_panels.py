@@ -28,6 +28,7 @@ from django.template.loader import render_to_string
 from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.transitions import CANCELLABLE, JobStatus as S
+from zico_contracts import cpushare
 from zico.telemetry.models import TimelinePoint
 from zico_contracts.oom import readable_reason
 
@@ -154,6 +155,21 @@ def _plan_view(user, job, placement, group) -> dict | None:
             "group": group, "regrouped": placement is not None and group.pk != placement.pk}
 
 
+def _cpu_share(job: Job) -> str:
+    """The job's share of its CPU device, as its run's metrics carry it (zico_contracts.cpushare), or ""."""
+    share = (job.metrics or {}).get(cpushare.METRIC)
+    return cpushare.describe(share) if isinstance(share, dict) else ""
+
+
+def _slowdown_error(plan: dict[str, Any] | None, s: Any) -> float | None:
+    """(predicted - measured) / measured slowdown of the job (positive: the plan said slower), None unless both."""
+    predicted = (plan or {}).get("predicted_slowdown")
+    measured = s.get("slowdown") if isinstance(s, dict) else getattr(s, "slowdown", None)
+    if not predicted or not measured:
+        return None
+    return (float(predicted) - float(measured)) / float(measured)
+
+
 def panel_context(user, job: Job) -> dict[str, Any]:
     """Everything the job page's panels show (the page's first render and its live re-renders)."""
     job.refresh_from_db()
@@ -167,14 +183,16 @@ def panel_context(user, job: Job) -> dict[str, Any]:
     delay_count = sum(int(d.get("delays", 1) or 0) for d in totals)
     log = list(job.events.select_related("actor", "device__node").order_by("-time", "-id")[:100])
     s = job_statuses([job])[0]
+    plan = _plan_view(user, job, placement, group)
     return {
         "job": job, "s": s, "profile": profile, "placement": placement,
+        "cpu_share": _cpu_share(job), "slowdown_error": _slowdown_error(plan, s),
         # the plan's tag: "active" while this job runs in it, "ending" for a cancel its worker has not yet
         # confirmed, "ended" once the job (or the placement) is done, even while a partner still runs in it
         "plan_state": ("ended" if placement is None or not placement.is_active
                        else "ending" if job.status == S.CANCELLED
                        else "ended" if job.status in (S.SUCCEEDED, S.FAILED) else "active"),
-        "plan": _plan_view(user, job, placement, group), "delays": delays, "delay_count": delay_count,
+        "plan": plan, "delays": delays, "delay_count": delay_count,
         "total_delay_s": total_delay, "log": log,
         "can_cancel": job.status in CANCELLABLE and access.can_cancel(user, job),
         "files": list(job.files.all()) if job.code_id else [],

@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from django.db.models import BigIntegerField, ExpressionWrapper, F, Max, Value
+from django.db.models import BigIntegerField, ExpressionWrapper, F, Max, Q, Value
 
 from zico.jobs.models import Event, Job
 from zico_contracts import keys
@@ -160,16 +160,62 @@ def device_events(device, tenant_ids: set[int] | None, since_s: float, since_eve
     """Timeline markers: the device's placement, delay, budget, OOM-prevented and worker-lost events.
 
     ``tenant_ids`` None shows every event; otherwise only events without a job or with a job of those
-    tenants. Newest 500 at most, oldest first.
+    tenants. Newest 500 at most, in the order of their ids. "OOM prevented" reports come several a second
+    under load: they are one marker per job and minute (:func:`_oom_minutes`), carrying a ``group`` key; a
+    later poll that sees a new report of a minute already shown returns that minute's whole marker again
+    (same ``group``), which replaces the one shown.
     """
-    qs = Event.objects.filter(device=device, kind__in=DEVICE_EVENT_KINDS, id__gt=since_event,
-                              time__gte=_dt(since_s))
-    if tenant_ids is not None:
-        qs = qs.filter(job__isnull=True) | qs.filter(job__tenant_id__in=tenant_ids)
-    evs = list(qs.select_related("job").order_by("-id")[:500])[::-1]
+    qs = _visible(Event.objects.filter(device=device, kind__in=DEVICE_EVENT_KINDS, time__gte=_dt(since_s)),
+                  tenant_ids)
+    evs = list(qs.filter(id__gt=since_event).select_related("job").order_by("-id")[:500])[::-1]
     visible = None if tenant_ids is None else {e.job_id for e in evs if e.job_id}
-    return [{"id": e.pk, "t": e.time.timestamp(), "kind": e.kind, "job": e.job_id,
-             "label": _event_label(e, visible)} for e in evs]
+    out = [{"id": e.pk, "t": e.time.timestamp(), "kind": e.kind, "job": e.job_id,
+            "label": _event_label(e, visible)} for e in evs if e.kind != Event.Kind.OOM_PREVENTED]
+    ooms = [e for e in evs if e.kind == Event.Kind.OOM_PREVENTED]
+    if ooms:  # each minute touched, whole: its reports before ``since_event`` too
+        first = min(e.time.timestamp() for e in ooms) // OOM_MINUTE_S * OOM_MINUTE_S
+        ids = {e.job_id for e in ooms}
+        of_jobs = Q(job_id__in=ids - {None}) | (Q(job__isnull=True) if None in ids else Q(pk__in=[]))
+        whole = qs.filter(of_jobs, kind=Event.Kind.OOM_PREVENTED, time__gte=_dt(first),
+                          id__lte=max(e.pk for e in ooms)).select_related("job")
+        touched = {_oom_key(e) for e in ooms}
+        out += _oom_minutes([e for e in whole if _oom_key(e) in touched], visible)
+    return sorted(out, key=lambda e: e["id"])
+
+
+OOM_MINUTE_S = 60  # "OOM prevented" reports of one job are one marker per this many seconds
+
+
+def _visible(qs, tenant_ids: set[int] | None):
+    return qs if tenant_ids is None else qs.filter(job__isnull=True) | qs.filter(job__tenant_id__in=tenant_ids)
+
+
+def _oom_key(e: Event) -> str:
+    return f"oom-{e.job_id or 0}-{int(e.time.timestamp() // OOM_MINUTE_S)}"
+
+
+def _oom_minutes(evs: list[Event], visible_job_ids: set[int] | None) -> list[dict]:
+    """One marker per job and minute of "OOM prevented" reports: at the minute's first report, its id the
+    newest one's, the label summing their counts, waits and overruns."""
+    groups: dict[str, list[Event]] = {}
+    for e in sorted(evs, key=lambda e: e.pk):
+        groups.setdefault(_oom_key(e), []).append(e)
+    out = []
+    for key, group in groups.items():
+        ds = [e.details or {} for e in group]
+        count = sum(int(d.get("count") or 0) for d in ds)
+        waited = sum(float(d.get("waited_s") or 0) for d in ds)
+        overruns = sum(int(d.get("overruns") or 0) for d in ds)
+        head = group[0]
+        job = (f"“{head.job}”" if head.job_id and (visible_job_ids is None or head.job_id in visible_job_ids)
+               else "a job of another tenant" if head.job_id else "a job")
+        span = (f" in {len(group)} reports from {head.time.astimezone(timezone.utc):%H:%M:%S} UTC"
+                if len(group) > 1 else "")
+        out.append({"id": group[-1].pk, "t": head.time.timestamp(), "kind": Event.Kind.OOM_PREVENTED,
+                    "job": head.job_id, "group": key, "count": count,
+                    "label": f"OOM prevented ×{count}{span}: {job} waited {waited:.2f} s for the budget"
+                             + (f" ({overruns} let past it)" if overruns else "")})
+    return out
 
 
 def _dt(unix_s: float) -> datetime:
