@@ -256,3 +256,59 @@ def test_a_script_whose_identical_run_failed_its_profile_is_refused_at_submit_na
     assert Job.objects.filter(code=archive).count() == 1  # nothing stored
     assert client.post("/api/jobs/", {**body, "command": ["python", "train.py", "--fix"]},
                        format="json").status_code == 201
+
+
+def _member_client(tenant, name):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(name)
+    tenant.add_member(user, Role.MEMBER)
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def test_a_failure_one_tenant_caused_never_refuses_another_tenants_identical_job(cluster, tenant, fail_profile,
+                                                                                  submit):
+    """Note [A failure refuses only its own tenant]: the victim's identical catalog job is still accepted and
+    profiled; the tenant whose job failed is refused as before."""
+    from zico.tenants.models import Tenant
+
+    attacker_job = fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
+    assert attacker_job.metrics["profile_failure"]["kind"] == "out_of_memory"
+    assert submit().status_code == 400  # its own tenant: refused, naming the failure
+    victim = Tenant.objects.create(name="Victim", slug="victim", max_running_jobs=100)
+    queued = _job(victim, params=_full(PARAMS))
+    r = _member_client(victim, "victim-member").post(
+        "/api/jobs/", {"tenant": "victim", "workload": "digits-cnn", "params": PARAMS}, format="json")
+    assert r.status_code == 201, r.content
+    res = Scheduler().run_round()
+    assert queued.pk not in res.failed and queued.pk in res.profiling
+
+
+def test_an_out_of_memory_beside_a_neighbour_that_ended_before_the_report_is_not_remembered(cluster, tenant,
+                                                                                             fail_profile, submit):
+    """The neighbour held the device's memory while the profile ran and ended before the profile's failure
+    reached the web side: it still counts as running beside it."""
+    neighbour = _job(tenant, params={"iterations": 9})
+    MemoryProfile.record(neighbour, triangular_curve(GiB, 2 * GiB, 0.2))
+    neighbour.transition("ready")
+    job = _job(tenant, params=_full(PARAMS))
+    job.transition("profiling", device=cluster[0])
+    placement = Placement.open(cluster[0], [neighbour])
+    placement.end("the neighbour finished")
+    link = Link(settings_redis_url(), keys.device_key(cluster[0].kind, cluster[0].node.host, cluster[0].index))
+    link.emit("profile_done", job=job.pk, error="OutOfMemoryError: CUDA out of memory")
+    link.flush()
+    consumer = ControlConsumer(settings_redis_url(), name="known-needs-ended", block_ms=20)
+    for _ in range(4):
+        consumer.step()
+    job.refresh_from_db()
+    assert job.status == "failed" and "profile_failure" not in job.metrics
+    assert submit().status_code == 201
+
+
+def settings_redis_url():
+    from django.conf import settings
+
+    return settings.REDIS_URL

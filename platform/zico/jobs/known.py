@@ -182,20 +182,29 @@ def failure_applies(failure: dict, largest_budget: int | None, limit_s: float) -
 
 
 def remembered_failures(jobs: list[Job], largest_budget: int | None) -> dict[int, Job]:
-    """For each of ``jobs``, the newest identical failed job whose remembered profiling failure still applies
-    (:func:`failure_applies`): ``{job id: failed job}``. One query."""
+    """For each of ``jobs``, the newest identical failed job *of the same tenant* whose remembered profiling
+    failure still applies (:func:`failure_applies`): ``{job id: failed job}``. One query.
+
+    Note [A failure refuses only its own tenant]: a profiling failure is remembered only when the run had the
+    device to itself (:func:`profile_failure`), but what ran beside it is the platform's judgement at the time,
+    and a tenant can make its own identical job fail on purpose (a script that raises). So a remembered failure
+    refuses identical jobs of the tenant whose job failed, never another tenant's: one tenant cannot poison a
+    catalog configuration, or a public project, for everyone."""
     if not jobs:
         return {}
     q, _ = any_identical(jobs)
-    qs = _newest_per_key(Job.objects.filter(q, status=JobStatus.FAILED, metrics__has_key="profile_failure")
-                         .exclude(pk__in=[j.pk for j in jobs if j.pk]), ("workload", "params"), ("-finished_at", "-id"))
+    tenants = {j.tenant_id for j in jobs}
+    qs = _newest_per_key(Job.objects.filter(q, status=JobStatus.FAILED, metrics__has_key="profile_failure",
+                                            tenant_id__in=tenants)
+                         .exclude(pk__in=[j.pk for j in jobs if j.pk]), ("tenant_id", "workload", "params"),
+                         ("-finished_at", "-id"))
     limit = float(settings.ZICO_PROFILE_TIME_LIMIT_S)
-    newest: dict[tuple[str, str], Job] = {}
+    newest: dict[tuple, Job] = {}
     for f in qs:
-        newest.setdefault(params_key(f.workload, f.params), f)
+        newest.setdefault((f.tenant_id, *params_key(f.workload, f.params)), f)
     out = {}
     for j in jobs:
-        f = newest.get(params_key(j.workload, j.params))
+        f = newest.get((j.tenant_id, *params_key(j.workload, j.params)))
         if f is not None and failure_applies(f.metrics["profile_failure"], largest_budget, limit):
             out[j.pk] = f
     return out
@@ -267,12 +276,14 @@ def peak_misfit(peak: int, source: str, budget_bytes: int | None, largest: int |
     return None
 
 
-def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> tuple[str, str] | None:
+def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None,
+           tenant_id: int | None = None) -> tuple[str, str] | None:
     """``(field, message)`` when what is known of a job with this workload and full params says it can never
     run (Note [Known memory needs]): a known peak over its own budget or every device's budget, a remembered
     profiling failure of an identical job, or a stored estimate that fits nowhere; None when nothing known
     refuses it. A job with code (``workload`` empty, ``params`` its identity, ``code_identity``) is judged on
-    its identical jobs alone (no estimate), and its refusal names ``code``."""
+    its identical jobs alone (no estimate), and its refusal names ``code``. A remembered failure counts only
+    for ``tenant_id``'s own jobs (Note [A failure refuses only its own tenant])."""
     budgets = devices_budgets()
     largest = max((b for _, b in budgets), default=None)
     profile = (MemoryProfile.objects.filter(identical(workload, params, "job__")).exclude(source=SNAPSHOT_SOURCE)
@@ -282,7 +293,7 @@ def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None) -> t
         refused = peak_misfit(int(profile.peak_bytes), f"the measured peak of job {profile.job_id}, {same}",
                               budget_bytes, largest)
         return ("code", refused[1]) if refused and refused[0] == "params" and not workload else refused
-    probe = Job(workload=workload, params=params)  # not saved: its id is None, the key of its answer
+    probe = Job(workload=workload, params=params, tenant_id=tenant_id)  # not saved: its id None keys the answer
     failed = remembered_failures([probe], largest).get(None)
     if failed is not None:
         field, what = ("params", "the params") if workload else ("code", "the code, command or env")

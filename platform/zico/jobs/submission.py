@@ -55,11 +55,12 @@ def validate_spec(workload: str, params: dict[str, Any] | None) -> dict[str, Any
         raise JobSpecError(field, exc.message) from exc
 
 
-def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes: int | None) -> None:
+def refuse_known_misfit(workload: str, full_params: dict[str, Any], budget_bytes: int | None,
+                        tenant_id: int | None = None) -> None:
     """Raise JobSpecError when what is stored about this workload and params says the job can never run: a
     measured peak, a remembered profiling failure or a stored estimate (Note [Known memory needs] in
     zico.jobs.known, the scheduler's own sources)."""
-    refused = misfit(workload, full_params, budget_bytes)
+    refused = misfit(workload, full_params, budget_bytes, tenant_id)
     if refused is not None:
         raise JobSpecError(*refused)
 
@@ -149,7 +150,7 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
         if largest is not None and budget_bytes > largest:
             raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
                                                f"of {largest} bytes")
-    refuse_known_misfit(workload, full_params, budget_bytes)
+    refuse_known_misfit(workload, full_params, budget_bytes, tenant.pk)
     with transaction.atomic():
         # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
         locked = Tenant.objects.select_for_update().get(pk=tenant.pk)

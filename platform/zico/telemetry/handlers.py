@@ -249,12 +249,22 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
 
 
 def _profile_failure(error: str, dev: Device | None, job: Job) -> dict | None:
-    """What to remember of ``job``'s failed profile (zico.jobs.known.profile_failure), judged with whether other
-    jobs were on the device."""
+    """What to remember of ``job``'s failed profile (zico.jobs.known.profile_failure), judged with whether another
+    job's placement on the device overlapped the profile run at any time (from the job's start, or the profiling
+    time limit ago, until now): a neighbour that held the device's memory and ended before this message arrived
+    still counts, so a failure it caused is not remembered (Note [A failure refuses only its own tenant])."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
     from zico.jobs.known import profile_failure
 
-    others = dev is not None and Job.objects.filter(status__in=[S.PLACED, S.RUNNING], placements__device=dev,
-                                                    placements__ended_at__isnull=True).exclude(pk=job.pk).exists()
+    now = timezone.now()
+    since = job.started_at or now - timedelta(seconds=float(settings.ZICO_PROFILE_TIME_LIMIT_S))
+    overlapping = (Q(placements__device=dev) & Q(placements__started_at__lte=now)  # one placement, all three
+                   & (Q(placements__ended_at__isnull=True) | Q(placements__ended_at__gte=since)))
+    others = dev is not None and Job.objects.filter(overlapping).exclude(pk=job.pk).exists()
     return profile_failure(error[:1500], dev, others)
 
 
