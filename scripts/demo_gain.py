@@ -129,8 +129,8 @@ def gain_check(g: Gain, names: Sequence[str], budget_bytes: int, sum_reserved_by
                      "together over the run")
     counts = predicted is not None and predicted > 1.0
     ok = g.ratio > 1.0 and budget_bytes < sum_reserved_bytes
-    text = (f"together sooner than one after the other: {g.ratio:.2f}x > 1.0 under a budget of {mib(budget_bytes)} "
-            f"< sum of solo peaks {mib(sum_reserved_bytes)}")
+    text = (f"together sooner than one after the other: {g.ratio:.2f}x {'>' if g.ratio > 1.0 else 'is not >'} 1.0 "
+            f"under a budget of {mib(budget_bytes)} < sum of solo peaks {mib(sum_reserved_bytes)}")
     if not counts:
-        text += f" (not counted: the plan itself predicted {plan} for this pair at this budget)"
-    return lines, Check(ok, text), counts
+        text += f" (the plan itself predicted {plan} for this pair at this budget)"
+    return lines, Check(ok, text, counts), counts

@@ -96,9 +96,11 @@ def overlapping(spans_a, spans_b) -> bool:
 class Check:
     ok: bool
     text: str
+    counted: bool = True  # a check printed for information only reads "check NOT COUNTED (pass|fail)"
 
     def line(self) -> str:
-        return f"check {'PASS' if self.ok else 'FAIL'}: {self.text}"
+        verdict = "PASS" if self.ok else "FAIL"
+        return f"check {verdict}: {self.text}" if self.counted else f"check NOT COUNTED ({verdict.lower()}): {self.text}"
 
 
 def checks(statuses: Sequence[str], together: bool, device_peak_bytes: int | None, budget_bytes: int,
