@@ -3,7 +3,8 @@ the worker's environment lacks (humanize, from PyPI: the test's one use of the n
 submit` to a running stack. The first job's environment is built on the worker's host (its installer lines in
 `zico logs -f`) and the script imports the package; a second job with the same requirements reuses it (build
 time 0); a requirement no index satisfies fails its job with the installer's words; a project pinning another
-torch is refused at submit, naming the line; `zico status` shows the environment a job ran in.
+torch is refused at submit, naming the line; `zico status` and the job page show the environment a job ran
+in.
 
 Real PostgreSQL, real Redis (private), a real web server and the real processes: control consumer, scheduler
 service and one CPU device worker, started the documented way.
@@ -43,7 +44,7 @@ def project(root: Path, name: str, requirements: str) -> Path:
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
 def test_a_projects_requirements_become_a_cached_environment_its_jobs_import_from(stack, waiter, tenant_owner,
-                                                                               live_server, tmp_path, settings):
+                                                                               live_server, tmp_path, settings, client):
     stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
                      ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
     settings.ZICO_WORKER_API_URL = live_server.url
@@ -93,4 +94,8 @@ def test_a_projects_requirements_become_a_cached_environment_its_jobs_import_fro
         failed.failure_reason and "humanize==0.0.0.1" in failed.failure_reason, failed.failure_reason
     shown = zico(home, "status", str(second)).stdout
     assert f"environment  {env['key'][:12]} (reused)\n" + " " * 19 + PACKAGE in shown, shown
+    client.force_login(owner)
+    page = client.get(f"/jobs/{second}/").content.decode()  # the job page shows it too
+    assert f'<td class="mono" id="job-environment"><span title="sha256 {env["key"]}">{env["key"][:12]}</span> · ' \
+           f"reused<br>{PACKAGE}</td>" in page, page[page.find("job-environment") - 200:][:600]
     print(f"\nenvironment build: cold {env['build_s']:.2f} s, cached {again.metrics['environment']['build_s']} s")
