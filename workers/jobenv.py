@@ -297,4 +297,9 @@ def for_project(code_dir: Path, on_line: Callable[[str], None], cache: EnvCache 
         return None
     source, requirements = found
     on_line(f"environment: {source} asks for {', '.join(r.text for r in requirements)}")
-    return (cache or EnvCache(Settings.from_env())).acquire(requirements, on_line)
+    if cache is None:
+        try:
+            cache = EnvCache(Settings.from_env())
+        except ValueError as exc:  # a bad knob fails the job naming it, rather than the worker's task
+            raise BuildError(f"the worker's job environment settings are wrong: {exc}") from None
+    return cache.acquire(requirements, on_line)

@@ -161,3 +161,10 @@ def test_a_project_without_requirements_needs_no_environment(tmp_path, house):
     (tmp_path / "requirements.txt").write_text("torch==1.0\n")
     with pytest.raises(builder.BuildError, match="torch is provided"):
         builder.for_project(tmp_path, lambda line: None, cache(tmp_path, house))
+
+
+def test_a_bad_knob_fails_the_job_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "requirements.txt").write_text("zicoenvtesta\n")
+    monkeypatch.setenv("ZICO_JOBENV_MAX_ENVS", "many")
+    with pytest.raises(builder.BuildError, match=r"ZICO_JOBENV_MAX_ENVS='many': expected a positive number"):
+        builder.for_project(tmp_path, lambda line: None)
