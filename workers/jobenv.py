@@ -2,8 +2,8 @@
 into a directory layered on the worker's own Python environment, cached by key, least-recently-used evicted.
 
 :meth:`EnvCache.acquire` returns an :class:`Env` for a project's requirements, building it first when no
-environment of that key exists, and holds it (a shared ``flock`` on ``<root>/<key>.lock``; a build holds ``<key>.build``) until
-:meth:`Env.release`, so that eviction never removes an environment a running job has mounted. The sandbox
+environment of that key exists, and holds it (a shared ``flock`` on ``<root>/<key>.lock``; a build holds
+``<key>.build``) until :meth:`Env.release`, so that eviction never removes an environment a running job has mounted. The sandbox
 mounts ``Env.site`` read-only at ``/job/env``, after the platform's own paths on the job's import path.
 
 A build (Note [Building a job environment]) runs two installer commands (``uv``, pinned in ``requirements.lock``)
@@ -166,7 +166,8 @@ class EnvCache:
         for p in envs[:max(0, len(envs) - self.s.max_envs)]:
             if p.name == keep:
                 continue
-            fds = [os.open(self.s.root / f"{p.name}.{kind}", os.O_RDWR | os.O_CREAT, 0o600) for kind in ("build", "lock")]
+            fds = [os.open(self.s.root / f"{p.name}.{kind}", os.O_RDWR | os.O_CREAT, 0o600)
+                   for kind in ("build", "lock")]
             try:
                 for fd in fds:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
