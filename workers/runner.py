@@ -188,7 +188,7 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
                  job_id, done.get("placement"), done.get("run_token"))
         link.clear_done(job_id)
         checkpoints.remove(rt.config.checkpoint_dir, job_id)
-    from . import usercode
+    from . import jobenv, usercode
     from .agent import JobRun
     from .agent.agent import reason_summary
 
@@ -200,12 +200,15 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
     t_setup = time.monotonic()
     relay = _Relay(link, spec)
     output = usercode.LogRelay(link.redis, job_id)  # the job's stdout/stderr, live (zico_contracts.joblog)
-    dirs = None
+    dirs, job_env = None, None
     try:
         if spec.code is not None:  # a command job: its code, fetched and unpacked here (workers.usercode)
             dirs = usercode.prepare(spec.code, job_id, rt.config.var_dir or rt.config.checkpoint_dir.parent)
-            output.line("system", f"code {spec.code.code_sha256[:12]} unpacked; running {' '.join(spec.code.command)}")
             proc_spec = usercode.script_spec(spec.code, dirs, rt.torch_device, rt.config.data_dir)
+            job_env = prepare_environment(link, spec, dirs, output)  # Note [A job's own environment]
+            if job_env is not None:
+                proc_spec["env_dir"] = str(job_env.site)
+            output.line("system", f"code {spec.code.code_sha256[:12]} unpacked; running {' '.join(spec.code.command)}")
             if spec.profile is not None:  # Note [A script's profile is the start of its run]
                 proc_spec["profile"] = spec.profile
                 relay.profiled = lambda msg: _send_profile(rt, spec, dirs, msg)
@@ -224,7 +227,7 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
                      tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line)
         relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
-    except (usercode.CodeFetchError, _NotStarted) as exc:
+    except (usercode.CodeFetchError, jobenv.BuildError, _NotStarted) as exc:
         result = {"status": "failed", "reason": str(exc), "metrics": {}}
     except OSError as exc:  # the process could not be launched: the job fails, the worker goes on
         log.exception("job %s could not be launched", job_id)
@@ -232,8 +235,13 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
                   "metrics": {}}
     except BaseException:
         output.close()
+        if job_env is not None:
+            job_env.release()
         raise
     metrics = dict(result.get("metrics") or {})
+    if job_env is not None:
+        job_env.release()
+        metrics["environment"] = job_env.describe()
     if dirs is not None and spec.code is not None:  # before job_finished: the web side takes a job's files only
         uploaded = usercode.upload_outputs(spec.code, dirs.output_dir)  # until shortly after it ended
         metrics.update(uploaded)
@@ -266,6 +274,46 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
             checkpoints.remove(rt.config.checkpoint_dir, job_id)
     link.flush()
     return outcome
+
+
+def prepare_environment(link, spec: RunSpec, dirs, output):
+    """The held environment a command job's project asks for (None: none), its build streamed to the job's log
+    and its state sent as ``job_environment`` messages. Raises workers.jobenv.BuildError.
+
+    Note [A job's own environment]
+        A project's ``requirements.txt`` (or ``pyproject.toml`` dependencies) becomes an environment built on
+        this host before the job process starts (``workers.jobenv``: once per distinct set, cached, layered on
+        the worker's torch) and mounted read-only in the sandbox. While it builds the job is *preparing*: the
+        worker sends ``job_environment`` with ``state`` ``preparing`` and the last installer line as
+        ``progress`` (at most one a second), then ``ready`` (key, packages, build time) or ``failed``. The
+        requirements are files of the code archive, so the same code is the same environment: a job's curve
+        and profile, keyed by its code, are keyed by its environment too.
+    """
+    from . import jobenv
+
+    last = [0.0]
+
+    def send(state: str, **fields) -> None:
+        link.emit("job_environment", job=spec.job, placement=spec.placement, state=state, **fields)
+
+    def on_line(line: str) -> None:
+        output.line("system", line)
+        now = time.monotonic()
+        if line.strip() and now - last[0] >= 1.0:
+            last[0] = now
+            send("preparing", progress=line.strip()[:200])
+
+    try:
+        env = jobenv.for_project(dirs.code_dir, on_line)
+    except jobenv.BuildError as exc:
+        send("failed", progress=str(exc)[:200])
+        raise
+    if env is not None:
+        output.line("system", f"environment {env.key[:12]} " + (
+            "reused (build time 0 s)" if env.cached else f"built in {env.build_s:.1f} s") +
+                    f": {', '.join(env.packages) or 'nothing to add to the worker packages'}")
+        send(**env.describe())
+    return env
 
 
 CATALOG_PROJECT = Path(__file__).resolve().parent / "catalog_project"  # the built-in project a catalog job runs

@@ -31,6 +31,15 @@ Note [The script runs in this process]
     and the few ``python`` options that mean something in a job are accepted (``-u``, ``-B``, ``-m``).
     After the script, its non-daemon threads are joined and its ``atexit`` functions run, as at a normal
     interpreter exit; then ``done`` and ``os._exit`` (no teardown of torch and the allocator).
+
+Note [Forked children of a job]
+    A script's children made by ``fork`` (``DataLoader(num_workers=N)``'s workers, ``multiprocessing``) inherit
+    the process's allocator, whose pool is the agent's memfd chunks mapped shared: a child's tensors would land in
+    memory the parent's tensors use (a DataLoader's batches overwrote the model's weights: the loss became NaN).
+    So a forked child allocates CPU tensors from torch's own allocator (the shim's scope "off", set as it
+    starts): its memory is plain process memory, which the agent's watch of memory outside the allocator counts
+    with the job's other processes (``workers.agent.agent``), and ``ZICO_JOB_NPROC`` bounds how many there are.
+    Batches reach the parent through shared memory (``/dev/shm``, the job's scratch), as in any PyTorch run.
 """
 from __future__ import annotations
 
@@ -292,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zico: {problem[0]}", file=sys.stderr)
         return _send_done(control, {"status": "failed", "reason": problem[0], "metrics": {}}, problem[1])
     za, adev = jobproc._install_allocator(spec, scope="all")
+    if adev == "cpu":  # Note [Forked children of a job]
+        os.register_at_fork(after_in_child=lambda: za.set_cpu_scope("off"))
     control.send("hello", version=jobproc.proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
     clock = StepClock(control, job_id, za, spec.get("iterations"))
     clock.install()

@@ -28,8 +28,11 @@ def human_bytes(n: float | None) -> str:
 
 
 def progress_text(job: dict, allocated: int | None) -> str:
-    """One line: ``running · iteration 40/120 · 3.2 it/s · ETA 25 s · allocated 1.2 GiB``."""
+    """One line: ``running · iteration 40/120 · 3.2 it/s · ETA 25 s · allocated 1.2 GiB``, or, while the job's
+    environment is built, ``placed · preparing its environment · <the installer's latest line>``."""
     done, total = job.get("iteration"), job.get("iterations")
+    if job.get("preparing"):  # the job's own environment is being built (its installer's latest line)
+        return f"{job.get('status', '?')} · preparing its environment · {job['preparing']}"
     parts = [job.get("status", "?"), f"iteration {done}/{total}" if total else f"iteration {done}"]
     if job.get("iterations_per_s"):
         parts.append(f"{job['iterations_per_s']:.2f} it/s")

@@ -116,6 +116,15 @@ def list_jobs(status, tenant, limit, as_json):
     Console(width=max(shutil.get_terminal_size().columns, 100)).print(table)
 
 
+def environment_text(env: dict) -> str:
+    """``preparing: <the installer's last line>``, or ``3f2a9c1b7d4e (built in 1.2 s)`` and the packages one a line."""
+    if env.get("state") != "ready":
+        return f"{env.get('state', '?')}: {env.get('progress', '')}".rstrip(": ")
+    how = "reused" if env.get("cached") else f"built in {float(env.get('build_s') or 0):.1f} s"
+    packages = env.get("packages") or ["(nothing beyond the worker's packages)"]
+    return "\n".join([f"{str(env.get('key', ''))[:12]} ({how})", *packages])
+
+
 def _job_text(j: dict) -> str:
     rows = [("job", f"{j['id']} {j['name']}".strip()), ("status", j["status"]), ("tenant", j["tenant"]),
             ("owner", j["owner"] or "—"), ("runs", j["workload"] or " ".join(j["command"])),
@@ -126,6 +135,9 @@ def _job_text(j: dict) -> str:
         rows.append(("waiting", j["waiting_reason"]))
     if j["failure_reason"]:
         rows.append(("failure", j["failure_reason"]))
+    env = j["metrics"].get("environment")
+    if isinstance(env, dict):  # the job's own packages (its project's requirements), built on the worker
+        rows.append(("environment", environment_text(env)))
     for k in ("iterations_per_s", "peak_allocated_bytes", "slowdown"):
         if j["metrics"].get(k) is not None:
             v = j["metrics"][k]

@@ -31,6 +31,7 @@ WORKER_METRICS = frozenset({
     COMPUTE_SHARE, CPU_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "peak_disk_bytes", "wall_s", "pid",
     "mean_iteration_s", "solo_iteration_s", "slowdown", "predicted_slowdown",
     "output_files", "output_bytes", "output_skipped", "output_skipped_count",
+    "environment",  # the job's own environment (workers.jobenv): key, packages, build time
 })
 PLATFORM_METRICS = RUNTIME_METRICS | WORKER_METRICS
 NAME_MAX_CHARS = 100  # the web side stores a metric's name in at most this many characters

@@ -62,6 +62,8 @@ EVENT_KINDS = (
     "job_started",     # job, device, placement, attempt, resumed_from (iteration)
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
                        # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
+    "job_environment", # job, device, placement, state (preparing|ready|failed), progress (the installer's last
+                       # line), key, packages, build_s, cached: the build of the job's own environment (workers.jobenv)
     "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s: a run's totals so far
     "job_finished",    # job, device, status (succeeded|failed|cancelled), reason (<= REASON_MAX_CHARS), metrics;
                        # metrics may carry compute_share: the run's measured share (zico_contracts.computeshare)

@@ -12,6 +12,8 @@ A user-script job is a :class:`workers.agent.JobRun` whose spec has ``"kind": "s
     output_dir  absolute path, writable by the job (mounted at /job/output)
     scratch_dir absolute path, the job's private writable space (mounted at /job/scratch; /tmp lives there)
     data_dir    optional absolute path, read-only (mounted at /job/data)
+    env_dir     optional absolute path, the job's own packages (zico_contracts.jobenv), read-only (mounted at
+                /job/env, last on the job's import path)
     iterations  optional expected number of optimizer steps (>= 0), if the caller knows it
 
 Inside the sandbox the job's spec carries the in-sandbox paths (:data:`SANDBOX_DIRS`) and the script finds them
@@ -32,10 +34,10 @@ SCRIPT_KIND = "script"
 
 # host spec field -> the path it is mounted at inside the sandbox
 SANDBOX_DIRS = {"code_dir": "/job/code", "data_dir": "/job/data", "output_dir": "/job/output",
-                "scratch_dir": "/job/scratch"}
+                "scratch_dir": "/job/scratch", "env_dir": "/job/env"}
 # the same paths as the job's environment variables
 DIR_ENV = {"code_dir": "ZICO_CODE_DIR", "data_dir": "ZICO_DATA_DIR", "output_dir": "ZICO_OUTPUT_DIR",
-           "scratch_dir": "ZICO_SCRATCH_DIR"}
+           "scratch_dir": "ZICO_SCRATCH_DIR", "env_dir": "ZICO_ENV_DIR"}
 JOB_ID_ENV = "ZICO_JOB_ID"
 
 
@@ -158,6 +160,7 @@ def validate_spec(spec: Any) -> dict[str, Any]:
     for name in ("code_dir", "output_dir", "scratch_dir"):
         _abs_path(spec, name, True)
     _abs_path(spec, "data_dir", False)
+    _abs_path(spec, "env_dir", False)
     argv = spec.get("argv")
     if isinstance(argv, list) and len(argv) > MAX_ARGV:
         raise SpecError("argv", f"at most {MAX_ARGV} words, got {len(argv)}")

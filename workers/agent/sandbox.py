@@ -18,6 +18,8 @@ the repo's job-side code      read-only   ``zico_contracts``, ``workers``, ``zic
                                           ``platform/``: the web side and its settings)
 /job/code                     read-only   the user's project (the current directory of the script)
 /job/data                     read-only   the data directory, when the spec has one
+/job/env                      read-only   the job's own packages, when its project asks for some
+                                          (``workers.jobenv``; last on the import path)
 /job/output                   writable    what the job keeps
 /job/scratch, /tmp, /dev/shm  writable    the job's private scratch directory (``/tmp`` and ``/dev/shm``
                                           are its ``.tmp`` and ``.shm`` subdirectories)
@@ -203,7 +205,7 @@ class Sandbox:
         why = refusal(settings.bwrap)
         if why:
             raise SandboxUnavailable(why)
-        for field in ("code_dir", "data_dir"):
+        for field in ("code_dir", "data_dir", "env_dir"):
             if spec.get(field) is not None and not os.path.isdir(spec[field]):
                 raise userjob.SpecError(field, f"{spec[field]} is not a directory")
         nodes: tuple[str, ...] = ()
@@ -226,7 +228,9 @@ class Sandbox:
         env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
                "HOME": userjob.SANDBOX_DIRS["scratch_dir"], "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "USER": f"job{self.job_id}", "LOGNAME": f"job{self.job_id}",
-               "PYTHONPATH": os.pathsep.join(IMPORT_PATH), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONPATH": os.pathsep.join(IMPORT_PATH + ((userjob.SANDBOX_DIRS["env_dir"],)
+                                                            if "env_dir" in self.host else ())),
+               "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONUNBUFFERED": "1", userjob.JOB_ID_ENV: str(self.job_id)}
         env.update({userjob.DIR_ENV[f]: userjob.SANDBOX_DIRS[f] for f in self.host})
         if os.environ.get("ZICO_ALLOCATOR_BUILD_DIR"):
@@ -274,7 +278,8 @@ class Sandbox:
         if self.host_device.startswith("cuda"):  # Note [A GPU in the sandbox]
             mounts += [["--dev-bind", dev, dev] for dev in self.gpu_nodes]
             mounts.append(["--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"])
-        for field, mode in (("code_dir", "--ro-bind"), ("data_dir", "--ro-bind"), ("output_dir", "--bind"),
+        for field, mode in (("code_dir", "--ro-bind"), ("data_dir", "--ro-bind"), ("env_dir", "--ro-bind"),
+                            ("output_dir", "--bind"),
                             ("scratch_dir", "--bind")):
             if field in self.host:
                 mounts.append([mode, self.host[field], userjob.SANDBOX_DIRS[field]])

@@ -37,6 +37,8 @@ class JobProgressSerializer(serializers.Serializer):
     iterations = serializers.IntegerField(allow_null=True, help_text="iterations in all, when known")
     iterations_per_s = serializers.FloatField(allow_null=True)
     eta_s = serializers.FloatField(allow_null=True, help_text="seconds left at that rate (running jobs)")
+    preparing = serializers.CharField(allow_null=True, help_text="while the job's own environment is built: the "
+                                      "installer's latest line (workers/jobenv.py); else null")
 
 
 class LogPageSerializer(serializers.Serializer):
@@ -82,6 +84,9 @@ def log_page(request, job: Job) -> dict:
         raise exceptions.ValidationError({name: [message]}) from None
     s = job_status(job)
     progress = {k: s[k] for k in ("status", "iteration", "iterations", "iterations_per_s", "eta_s")}
+    env = (job.metrics or {}).get("environment")
+    progress["preparing"] = str(env.get("progress") or "building") if isinstance(env, dict) and \
+        env.get("state") == "preparing" and not job.is_finished else None
     return {**page, "live_ok": ok, "job": progress}
 
 

@@ -70,7 +70,8 @@ def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[lis
     a python command, by the rule the job process runs it with (zico_contracts.userjob.parse_command: an option
     it cannot run, ``-c`` or ``-O``, is refused here rather than failing the job on its device).
 
-    Raises JobSpecError naming ``code`` (not an archive of ``tenant``), ``command``/``command[i]`` or
+    Raises JobSpecError naming ``code`` (not an archive of ``tenant``, or requirements no environment may have:
+    :func:`check_code_requirements`), ``command``/``command[i]`` or
     ``env``/``env.<NAME>``.
     """
     from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
@@ -86,7 +87,21 @@ def validate_code_job(tenant: Tenant, code, command: Any, env: Any) -> tuple[lis
         parse_command(checked[0])
     except CommandError as exc:
         raise JobSpecError("command", str(exc)) from exc
+    check_code_requirements(code)
     return checked
+
+
+def check_code_requirements(code) -> None:
+    """Refuse a project whose ``requirements.txt`` / ``pyproject.toml`` breaks the environment rule
+    (zico_contracts.jobenv: options, URLs, another torch...), before its job is stored. Raises JobSpecError("code")."""
+    from zico_contracts.jobenv import RequirementsError, requirements_in_archive
+
+    try:
+        requirements_in_archive(code.path, code.format)
+    except RequirementsError as exc:
+        raise JobSpecError("code", f"the project's requirements cannot be built: {exc}") from exc
+    except OSError as exc:  # the stored archive is missing: the worker could not fetch it either
+        raise JobSpecError("code", f"code archive {code.pk} cannot be read: {exc}") from exc
 
 
 def code_identity(code, command: list[str], env: dict[str, str]) -> dict[str, Any]:

@@ -208,6 +208,25 @@ def on_job_delay(msg: dict[str, Any], r) -> None:
         Event.record(Event.Kind.DELAY, job=job, device=device_for(msg["device"]), **details)
 
 
+ENVIRONMENT_STATES = ("preparing", "ready", "failed")
+ENVIRONMENT_FIELDS = ("key", "packages", "build_s", "cached", "progress")
+
+
+def on_job_environment(msg: dict[str, Any], r) -> None:
+    """The build of a job's own environment (Note [A job's own environment] in workers.runner): stored as the
+    job's ``metrics["environment"]`` (``state`` preparing | ready | failed, ``progress``, ``key``, ``packages``,
+    ``build_s``, ``cached``), which the job page and ``zico status`` show. Raises ValueError for an unknown state."""
+    job = _job(msg)
+    if job is None or not _current_run(job, msg) or job.status in TERMINAL:
+        return
+    if msg.get("state") not in ENVIRONMENT_STATES:
+        raise ValueError(f"job_environment: state {msg.get('state')!r} is not one of {ENVIRONMENT_STATES}")
+    env = {"state": msg["state"], **{k: msg[k] for k in ENVIRONMENT_FIELDS if k in msg}}
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        Job.objects.filter(pk=job.pk).update(metrics={**(locked.metrics or {}), "environment": env})
+
+
 def on_job_finished(msg: dict[str, Any], r) -> None:
     """Record the outcome and metrics of a run, and the compute share it measured with the job's curve
     (zico.jobs.shares); the placement ends when all its jobs are done."""
@@ -343,6 +362,7 @@ HANDLERS = {
     "worker_up": on_worker_up,
     "job_started": on_job_started,
     "job_progress": on_job_progress,
+    "job_environment": on_job_environment,
     "job_delay": on_job_delay,
     "job_finished": on_job_finished,
     "profile_done": on_profile_done,
