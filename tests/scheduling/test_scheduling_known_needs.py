@@ -227,6 +227,7 @@ def test_a_script_whose_identical_run_failed_its_profile_is_refused_at_submit_na
 
     archive = CodeArchive.objects.create(tenant=tenant, sha256="ab" * 32, format="tar.gz", size_bytes=100, files=1,
                                          unpacked_bytes=100)
+    _store_archive(archive, {"train.py": b"print('train')\n"})  # submission reads its requirements (none here)
     command = ["python", "train.py"]
     first = Job.objects.create(tenant=tenant, code=archive, command=command, env={},
                                params=code_identity(archive, command, {}))
@@ -312,3 +313,16 @@ def settings_redis_url():
     from django.conf import settings
 
     return settings.REDIS_URL
+
+
+def _store_archive(archive, files: dict[str, bytes]) -> None:
+    """Write ``files`` as the tar.gz the CodeArchive row names (its ``path``)."""
+    import io
+    import tarfile
+
+    archive.path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive.path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
