@@ -1,8 +1,8 @@
 """The body of ``zico.device.profile_job``: the curves issue's profiling procedure run on this device.
 
 A catalog job's profile is the first ``warmup + steady`` iterations of the built-in catalog project
-(``workers/catalog_project/train.py``) run by the same path as its run and as a user's script
-(``workers.scriptproc`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
+(``workers/job/catalog_project/train.py``) run by the same path as its run and as a user's script
+(``workers.job.entry`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
 through the allocator as a script's profile is (Note [A script's profile is the start of its run] there) and
 turned into a memory curve (DESIGN contract, source ``allocator-trace``; ``meta``: workload, params with the
 catalog's defaults, ``profile_s``). It runs in a job process of its own under the device agent, like every job,

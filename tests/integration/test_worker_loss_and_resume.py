@@ -11,7 +11,7 @@ import time
 import pytest
 from celery import Celery
 
-from workers import checkpoints
+from workers.job import checkpoints
 from workers.testing import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job

@@ -11,7 +11,7 @@ import pytest
 import redis
 import torch
 
-from workers import checkpoints
+from workers.job import checkpoints
 from zico_contracts import joblog
 from zico_workloads.training import create_training_job
 

@@ -143,8 +143,8 @@ def test_zico_iteration_blocks_reach_the_sink_even_when_the_body_raises_and_do_n
 
 
 def test_explicit_iteration_blocks_do_not_nest_and_are_the_clock_from_the_first_on():
-    # Note [Explicit iterations] in workers/stepclock.py, on the clock itself (the control socket recorded)
-    from workers.stepclock import StepClock
+    # Note [Explicit iterations] in workers/job/stepclock.py, on the clock itself (the control socket recorded)
+    from workers.job.stepclock import StepClock
 
     class Control:
         def __init__(self):
@@ -253,13 +253,35 @@ def test_a_crash_is_placed_at_the_users_line_from_faulthandlers_stack():
 
 def test_the_job_side_modules_import_on_the_sandboxes_path_without_the_web_side():
     # what a sandboxed job process imports before the user's script runs: nothing from platform/ (placement,
-    # zico) may be needed, since the sandbox does not mount it (workers.agent.sandbox.JOB_SIDE_DIRS)
-    code = ("import sys, workers.scriptproc, workers.stepclock, workers.jobproc, workers.stopped; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'placement', 'zico', 'django', 'celery'}))")
+    # zico) may be needed, since the sandbox does not mount it (workers.agent.sandbox.JOB_SIDE_DIRS), nor any
+    # module of workers/ outside its job package
+    code = ("import sys, workers.job.entry, workers.job.stepclock, workers.job.checkpoints; "
+            "print(sorted({m for m in sys.modules if m.split('.')[0] in {'placement', 'zico', 'django', 'celery'}"
+            " or (m.startswith('workers.') and not m.startswith('workers.job'))}))")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{ROOT}:{ROOT / 'zico_job' / 'shim'}"}
     out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_sandbox_mounts_only_the_job_package_of_workers(tmp_path):
+    # the bwrap command of a real job's sandbox: of the repository it binds the job-side folders only, and of
+    # workers/ only workers/job (the host side, its settings and tools stay out of reach of a job's code)
+    from workers.agent import sandbox
+
+    if sandbox.refusal(AgentSettings().bwrap):
+        pytest.skip("no sandbox can run on this host")
+    (tmp_path / "code").mkdir()
+    box = sandbox.Sandbox.for_job(5, spec(code_dir=str(tmp_path / "code"), output_dir=str(tmp_path / "out"),
+                                          scratch_dir=str(tmp_path / "scratch")), AgentSettings())
+    argv, _, fds = box.command("workers.job.entry", {})
+    for fd in fds:
+        os.close(fd)
+    sources = {argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind", "--ro-bind-try", "--bind")}
+    repo = {os.path.relpath(s, sandbox.REPO) for s in sources if s.startswith(str(sandbox.REPO) + os.sep)}
+    assert {r for r in repo if r.split(os.sep)[0] == "workers"} == {os.path.join("workers", "job")}
+    assert "platform" not in {r.split(os.sep)[0] for r in repo}
+    assert argv[argv.index("-m") + 1] == "workers.job.entry"
 
 
 def test_a_failure_reason_is_its_headline_how_it_ended_and_the_last_stderr_lines_that_fit():

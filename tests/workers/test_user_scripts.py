@@ -306,7 +306,7 @@ def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_fil
 
 
 def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_path):
-    # zico.iteration() (Note [Explicit iterations] in workers/stepclock.py): a script with hand-written SGD updates
+    # zico.iteration() (Note [Explicit iterations] in workers/job/stepclock.py): a script with hand-written SGD updates
     # beside a plain Adam script, on one coordinator whose budget never fits one's iteration beside the other's
     # (triangular stand-in curves, 10 MiB persistent + 100 MiB peak against 105 MiB: they must take turns).
     from placement.coordinator import Coordinator

@@ -10,7 +10,7 @@
 * :mod:`.lock` — one agent per device (an ``flock`` that dies with its holder).
 
 The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`
-(catalog jobs) or :mod:`workers.scriptproc` (a user's own script, spec :mod:`zico_contracts.userjob`).
+(catalog jobs) or :mod:`workers.job.entry` (a user's own script, spec :mod:`zico_contracts.userjob`).
 """
 from .agent import SUPERSEDED, DeviceAgent, JobRun
 from .lock import DeviceLocked, lock_device

@@ -22,7 +22,7 @@ A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_con
 ``settings.script_module`` inside its sandbox (:mod:`.sandbox`), never unsandboxed; where no sandbox can run
 (:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
 with that message and starts nothing. A catalog job is a script too, the built-in project
-``workers/catalog_project`` (``workers.runner.catalog_script_spec``); ``workers.jobproc`` (Zico's own code,
+``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``); ``workers.jobproc`` (Zico's own code,
 parameters checked against the workload's schema) runs catalog jobs unsandboxed only where no sandbox can run, and
 for ``workers.colocate`` and the real-run experiment.
 

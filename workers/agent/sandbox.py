@@ -12,7 +12,7 @@ path                          access      what
 ============================  ==========  ==============================================================
 /usr, /bin, /lib*, /sbin      read-only   the system (libraries, ``python``'s base installation)
 the Python environment        read-only   ``sys.prefix`` and ``sys.base_prefix`` of the agent, same paths
-the repo's job-side code      read-only   ``zico_contracts``, ``workers``, ``zico_job``, ``allocator``,
+the repo's job-side code      read-only   ``zico_contracts``, ``workers/job``, ``zico_job``, ``allocator``,
                                           ``zico_workloads`` (the catalog's models and data, which the
                                           built-in catalog project trains; same paths; never
                                           ``platform/``: the web side and its settings)
@@ -75,7 +75,7 @@ from zico_contracts import userjob
 from .settings import AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
-JOB_SIDE_DIRS = ("zico_contracts", "workers", "zico_job", "allocator", "zico_workloads")  # never platform/
+JOB_SIDE_DIRS = ("zico_contracts", "workers/job", "zico_job", "allocator", "zico_workloads")  # no platform/, no host side
 IMPORT_PATH = (str(REPO), str(REPO / "zico_job" / "shim"), str(REPO / "allocator" / "python"))
 SPEC_PATH = "/zico/spec.json"
 SYSTEM_DIRS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")

@@ -6,7 +6,7 @@
 Two arms, each a whole job run under one :class:`workers.agent.DeviceAgent` in this process, ungated (no curve):
 
 * **A** ``workers.jobproc``: the catalog job in one unsandboxed process (``workers.runner.job_process_spec``);
-* **B** the script path: ``workers.scriptproc`` running the built-in catalog project in the job's bubblewrap
+* **B** the script path: ``workers.job.entry`` running the built-in catalog project in the job's bubblewrap
   sandbox (``workers.runner.catalog_script_spec``), as the worker's tasks run catalog jobs.
 
 Runs alternate A B A B ... (``--rounds`` of each, per workload), so machine load falls on both alike. Per run:

@@ -65,7 +65,7 @@ class JobStopped(BaseException):
 
 
 class StepClock:
-    """The script's iterations. ``control`` is the job's :class:`workers.jobproc.Control`; ``za`` the
+    """The script's iterations. ``control`` is the job's :class:`workers.job.control.Control`; ``za`` the
     allocator binding (for its progress marks); ``total`` the iterations the run takes if known."""
 
     def __init__(self, control, job_id: int, za, total: int | None = None):

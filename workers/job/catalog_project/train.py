@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     import torch
 
-    from workers import checkpoints
+    from workers.job import checkpoints
     from zico_workloads.catalog import validate_params
     from zico_workloads.models import preload_data
     from zico_workloads.training import create_training_job
