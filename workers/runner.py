@@ -50,7 +50,8 @@ Note [Catalog jobs run as scripts]
     its metrics say where it resumed. A stop (cancel, stale placement) raises at the next iteration start in
     the optimizer's step, after that step: the checkpoint saved then records one iteration fewer than the
     weights hold, and a resumed run repeats that one step. Where no sandbox can run (no bubblewrap:
-    ``DeviceAgent.user_code_refusal``) a catalog job runs as before, unsandboxed in ``workers.jobproc``.
+    ``DeviceAgent.user_code_refusal``) a catalog job runs the same way, the process without its sandbox around
+    it (Note [No sandbox for Zico's own code] in workers.agent.sandbox); a user's script is refused there.
 
 Note [Two runs of one job]
     Two ``run_job`` tasks of one job can reach a worker together. A worker killed while a job's ``run_job`` still
@@ -82,6 +83,7 @@ from typing import Any
 from zico_contracts import jobmetrics, userjob
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
+from .agent.sandbox import CATALOG_PROJECT  # the built-in project a catalog job runs
 from .job import checkpoints
 from .device import DeviceRuntime
 from .gate import DelayTally
@@ -211,8 +213,6 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
                 relay.profiled = lambda msg: _send_profile(rt, spec, dirs, msg)
                 output.line("system", f"profiling: the memory of the first {spec.profile['warmup'] + spec.profile['steady']} "
                                       "iterations is measured; the run goes on")
-        elif rt.agent.user_code_refusal():  # no sandbox here: Zico's own catalog code runs unsandboxed
-            proc_spec = job_process_spec(rt, spec)
         else:  # a catalog job: the built-in catalog project, run as a script (Note [Catalog jobs run as scripts])
             try:
                 dirs, proc_spec = catalog_script_spec(rt, spec)
@@ -268,7 +268,6 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
     return outcome
 
 
-CATALOG_PROJECT = Path(__file__).resolve().parent / "job" / "catalog_project"  # the built-in project a catalog job runs
 CATALOG_SCRIPT = "train.py"
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the worker's thread counts, which its catalog jobs keep
 
@@ -313,15 +312,6 @@ def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any
                   "device": rt.torch_device, "output_dir": str(dirs.output_dir), "scratch_dir": str(dirs.scratch_dir),
                   "data_dir": str(data_dir), "iterations": int(run_params.get("iterations", params["iterations"])),
                   **({"profile": profile} if profile else {})}
-
-
-def job_process_spec(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
-    """The ``--spec`` of a catalog job's unsandboxed process (``workers.jobproc``), where no sandbox can run:
-    workload, params, torch device, checkpoint and data directories, checkpoint period (s) and the job's
-    creation time (its checkpoints' owner)."""
-    return {"workload": spec.workload, "params": spec.params, "device": rt.torch_device,
-            "checkpoint_dir": str(rt.config.checkpoint_dir), "data_dir": str(rt.config.data_dir),
-            "checkpoint_every_s": rt.config.checkpoint_every_s, "job_created_at": spec.job_created_at}
 
 
 class _NotStarted(RuntimeError):

@@ -223,6 +223,34 @@ def test_sandbox_knobs_from_the_environment(monkeypatch):
     assert s.cpu_s == 3600 and s.job_uid(7) == 500007 and s.job_uid(1007) == 500007 and s.disk_bytes == 10 << 30
 
 
+def test_without_bubblewrap_a_catalog_job_runs_the_same_job_process_unwrapped(tmp_path):
+    # Note [No sandbox for Zico's own code]: the catalog project, by the same entry and spec as in a sandbox,
+    # its argv without bwrap; a user's script on the same agent is still refused
+    from types import SimpleNamespace
+
+    from workers.runner import catalog_script_spec
+
+    rt = SimpleNamespace(torch_device="cpu", config=SimpleNamespace(
+        data_dir=tmp_path / "data", checkpoint_dir=tmp_path / "ckpt", var_dir=tmp_path / "var",
+        checkpoint_every_s=None))
+    job = SimpleNamespace(job=53, workload="digits-cnn", params={"batch_size": 8, "iterations": 3}, job_created_at=None)
+    _, proc_spec = catalog_script_spec(rt, job)
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
+    seen = []
+    try:
+        run = JobRun(53, proc_spec, on_message=seen.append)
+        out = agent.run(run)
+        refused = agent.run(JobRun(54, spec(code_dir=str(tmp_path), output_dir=str(tmp_path / "o"),
+                                            scratch_dir=str(tmp_path / "s"))))
+    finally:
+        agent.close()
+    assert out["status"] == "succeeded", out
+    assert out["metrics"]["iterations_done"] == 3 and out["pid"] == run.job_pid  # no wrapper: the job's own pid
+    hello = next(m for m in seen if m["type"] == "hello")
+    assert hello["pid"] == run.job_pid
+    assert refused["status"] == "failed" and "bubblewrap was not found" in refused["reason"]
+
+
 def test_without_bubblewrap_user_scripts_are_refused_and_nothing_starts(tmp_path):
     agent = DeviceAgent("cpu", 1 << 28, 1 << 28, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
     seen = []

@@ -22,9 +22,9 @@ A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_con
 ``settings.script_module`` inside its sandbox (:mod:`.sandbox`), never unsandboxed; where no sandbox can run
 (:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
 with that message and starts nothing. A catalog job is a script too, the built-in project
-``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``); ``workers.jobproc`` (Zico's own code,
-parameters checked against the workload's schema) runs catalog jobs unsandboxed only where no sandbox can run, and
-for ``workers.colocate`` and the real-run experiment.
+``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``), which where no sandbox can run goes
+the same way unwrapped (Note [No sandbox for Zico's own code] in :mod:`.sandbox`); ``workers.jobproc`` runs
+catalog jobs for ``workers.colocate`` and the real-run experiment.
 
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``

@@ -159,7 +159,7 @@ class JobProcess:
                  on_output: Callable[[str, str], None] | None = None, output_line_bytes: int = 4096):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
-        self.sandboxed = sandbox is not None
+        self.sandboxed = sandbox is not None and sandbox.wrapped  # False: Note [No sandbox for Zico's own code]
         self._send_lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours

@@ -5,7 +5,7 @@
 
 Two arms, each a whole job run under one :class:`workers.agent.DeviceAgent` in this process, ungated (no curve):
 
-* **A** ``workers.jobproc``: the catalog job in one unsandboxed process (``workers.runner.job_process_spec``);
+* **A** ``workers.jobproc``: the catalog job in one unsandboxed process;
 * **B** the script path: ``workers.job.entry`` running the built-in catalog project in the job's bubblewrap
   sandbox (``workers.runner.catalog_script_spec``), as the worker's tasks run catalog jobs.
 
@@ -48,12 +48,15 @@ def parse_job(text: str) -> tuple[str, dict[str, Any]]:
 
 def job_spec(arm: str, key: str, params: dict[str, Any], job_id: int, work: Path, device: str) -> dict[str, Any]:
     """The agent's spec of the job by ``arm``'s path, as the worker's ``run_job`` builds it (no checkpoints)."""
-    from workers.runner import catalog_script_spec, job_process_spec
+    from workers.runner import catalog_script_spec
 
     rt = SimpleNamespace(torch_device=device, config=SimpleNamespace(
         data_dir=work / "data", checkpoint_dir=work / "ckpt", var_dir=work / "var", checkpoint_every_s=None))
     spec = SimpleNamespace(job=job_id, workload=key, params=params, job_created_at=None)
-    return job_process_spec(rt, spec) if arm == "A" else catalog_script_spec(rt, spec)[1]
+    if arm == "B":
+        return catalog_script_spec(rt, spec)[1]
+    return {"workload": key, "params": params, "device": device, "checkpoint_dir": str(work / "ckpt"),
+            "data_dir": str(work / "data"), "checkpoint_every_s": None, "job_created_at": None}
 
 
 def one_run(agent: DeviceAgent, arm: str, key: str, params: dict[str, Any], job_id: int, work: Path) -> dict:
