@@ -132,7 +132,7 @@ def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
     """Each job profiled alone through the Zico allocator: its curve and the pool's peak reserved bytes."""
     import zico_allocator as za
 
-    from workers.colocate import solo_profile
+    from tools.colocate import solo_profile
 
     za.install_cpu()
     curves, reserved = [], []
@@ -169,7 +169,7 @@ def main() -> None:
     from zico.tenants.models import ApiToken
     from zico.tenants.services import DEMO_USERNAME
     from placement.gating import overhead_headroom
-    from workers.colocate import feasible_floor
+    from tools.colocate import feasible_floor
 
     var_dir = Path(settings.VAR_DIR)
     run_dir = var_dir / "run"

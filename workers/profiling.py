@@ -9,7 +9,7 @@ catalog's defaults, ``profile_s``). It runs in a job process of its own under th
 drawing on the device's pool under its budget, so a profile beside running jobs can neither crash the worker
 nor take memory the budget does not allow; on a host without a sandbox, the same process unwrapped (Note [No
 sandbox for Zico's own code] in workers.agent.sandbox). (``workers.jobproc`` with a ``profile`` spec, which
-``workers.colocate`` and the real-run experiment use, and ``python -m workers.curves profile`` measure a
+``tools.colocate`` and the real-run experiment use, and ``python -m workers.curves profile`` measure a
 workload with :func:`workers.curves.capture.profile_curve` instead.) The curve goes to the
 web side as a ``profile_done`` message, where the control consumer stores it as the job's MemoryProfile. One
 profile runs at a time per worker, so two profiles never distort each other.

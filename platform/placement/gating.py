@@ -90,7 +90,7 @@ def overhead_headroom(allocated_peaks_bytes: float, reserved_peaks_bytes: float)
 # Note [Planning with held bytes]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The budget bounds the bytes the pool has *granted* (held: a job's segments, cached blocks included); a curve
-# counts *allocated* bytes. ``workers.colocate`` and the real-run experiment (workers.bench.experiment, mode d)
+# counts *allocated* bytes. ``tools.colocate`` and the real-run experiment (tools.bench.experiment, mode d)
 # plan with one rule, ``held_curve`` + ``HELD_GATE_HEADROOM``:
 #
 # 1. Held bytes: every point of the job's curve, and its persistent bytes, raised by its solo pool overhead

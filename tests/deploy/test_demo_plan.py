@@ -68,7 +68,7 @@ def test_the_profiled_demo_pair_is_co_located_within_the_platforms_slowdown_limi
 
     from placement.curves import curve_from_dict
     from placement.gating import overhead_headroom
-    from workers.colocate import feasible_floor
+    from tools.colocate import feasible_floor
 
     d = json.loads((Path(__file__).resolve().parents[1] / "placement" / "data" / "demo-pair-profile.json").read_text())
     curves, reserved = [curve_from_dict(c) for c in d["curves"]], d["reserved_bytes"]

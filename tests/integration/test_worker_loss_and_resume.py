@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 
 from workers.job import checkpoints
-from workers.testing import stop_process
+from servers import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job

@@ -1,4 +1,4 @@
-"""placement.gating.held_curve / held_floor: the planning rule of workers.colocate and the real-run experiment
+"""placement.gating.held_curve / held_floor: the planning rule of tools.colocate and the real-run experiment
 (Note [Planning with held bytes]), and why its peak starts at the backward mark: the pacer, on a fake clock."""
 import pytest
 

@@ -13,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
-from workers.testing import RedisServer, start_worker, stop_process
+from servers import RedisServer, start_worker, stop_process
 from zico_contracts import keys
 
 HOST = f"wt{uuid.uuid4().hex[:6]}"

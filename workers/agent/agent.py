@@ -24,7 +24,7 @@ A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_con
 with that message and starts nothing. A catalog job is a script too, the built-in project
 ``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``), which where no sandbox can run goes
 the same way unwrapped (Note [No sandbox for Zico's own code] in :mod:`.sandbox`); ``workers.jobproc`` runs
-catalog jobs for ``workers.colocate`` and the real-run experiment.
+catalog jobs for ``tools.colocate`` and the real-run experiment.
 
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
@@ -449,7 +449,7 @@ class DeviceAgent:
         #   once kept the blocks its last iteration freed (tiny-lm started holding 92 MiB where its plan said
         #   19 MiB), a larger neighbour waiting beside it could not take them back (the agent reclaims for a
         #   waiter only from a job holding at least as much), both waited, and the deadlock rule granted past the
-        #   budget (5 and 8 grants in two runs of workers.colocate, resnet18 + tiny-lm). A job alone on its
+        #   budget (5 and 8 grants in two runs of tools.colocate, resnet18 + tiny-lm). A job alone on its
         #   coordinator is never held and yields nothing; a neighbour outside the coordinator (an ungated, greedy
         #   job) cannot drain a job that has no gated neighbours.
         #   While it waits at the gate it is marked held there (Note [Held at the gate] in agent_server.cpp): once

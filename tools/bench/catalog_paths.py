@@ -1,6 +1,6 @@
 """What running a catalog job by the user-script path costs: start-up and one step, sandbox vs ``workers.jobproc``.
 
-    python -m workers.bench.catalog_paths [--job digits-cnn:batch_size=32 ...] [--rounds 4] [--steps 12]
+    python -m tools.bench.catalog_paths [--job digits-cnn:batch_size=32 ...] [--rounds 4] [--steps 12]
         [--device cpu] [--threads 1]
 
 Two arms, each a whole job run under one :class:`workers.agent.DeviceAgent` in this process, ungated (no curve):
@@ -130,7 +130,7 @@ def report(key: str, records: dict[str, list[dict]]) -> tuple[list[str], dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.catalog_paths", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.catalog_paths", description=__doc__.split("\n")[0])
     ap.add_argument("--job", action="append", help="workload:param=value,... (repeatable)")
     ap.add_argument("--rounds", type=int, default=4, help="runs of each arm per workload (4)")
     ap.add_argument("--steps", type=int, default=12, help="iterations per run (12)")
