@@ -63,7 +63,7 @@ BINS_CACHE_MAX = 256
 # ~~~~~~~~~~~~~~~~~~~~~~~~
 # The budget bounds the bytes the pool has *granted* (held: a job's segments, cached blocks included); a curve
 # counts *allocated* bytes. Every planner of a group (the scheduler's policy, the device worker's coordinator,
-# the simulator, workers.colocate and the real-run experiment) plans with one rule, ``planning_curve`` against
+# the simulator, tools.colocate and the real-run experiment) plans with one rule, ``planning_curve`` against
 # ``(1 - gate headroom) x budget``:
 #
 # 1. Held bytes: every point of the job's curve, and its persistent bytes, raised by its pool overhead, the held

@@ -133,7 +133,7 @@ def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
     """Each job profiled alone through the Zico allocator: its curve and the pool's peak reserved bytes."""
     import zico_allocator as za
 
-    from workers.colocate import solo_profile
+    from tools.colocate import solo_profile
 
     za.install_cpu()
     curves, reserved = [], []

@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if args.out:
         cmd = "scripts/experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        from workers.bench.experiment_report import measured_section
+        from tools.bench.experiment_report import measured_section
 
-        # the measured section (workers.bench.experiment --doc) runs from its heading to the end: kept
+        # the measured section (tools.bench.experiment --doc) runs from its heading to the end: kept
         measured = measured_section(args.out.read_text()) if args.out.exists() else ""
         args.out.write_text(PAGE.format(cmd=cmd.strip(), body=text) + ("\n" + measured if measured else ""))
     return 0
@@ -164,7 +164,7 @@ PAGE = """# Zico's experiment: two co-located jobs under a memory budget
 
 Two parts: the **simulated** tables first (real curves, a virtual clock, an assumed compute share), then the
 **measured** section at the end ("Measured: real job processes on this machine", written by
-`python -m workers.bench.experiment --doc docs/experiment.md`).
+`python -m tools.bench.experiment --doc docs/experiment.md`).
 
 The simulated part is produced by `.venv/bin/python {cmd}` (everything from "Compute share" up to the measured section is its output, unedited; it took about a minute on 2 shared cores).
 

@@ -10,15 +10,15 @@
 #      job process on the CUDA agent pool; only that job fails, its chunks are back within 1 s, the neighbour
 #      and a job started after the faults succeed — pytest tests/workers/test_gpu_crash_isolation.py           55
 #   4. two real co-located CUDA jobs (ResNet-50 batch 64 and GPT-2 small 8 x 1024), each its own process, under
-#      0.8 x the sum of their solo peaks, 12 iterations — python -m workers.colocate                             50
+#      0.8 x the sum of their solo peaks, 12 iterations — python -m tools.colocate                             50
 #   5. the CUDA estimate against real CUDA allocator traces of every catalog workload (small sizes)
 #      — python -m workers.curves.accuracy --device cuda:0 --steady 2                                           40
 #   6. what a job process costs: a training step of ResNet-50 (batch 64) and GPT-2 small (8 x 1024) as a job
 #      process through the device agent, in a plain process and in a worker thread, interleaved, 3 rounds of
-#      5 steps — python -m workers.bench.job_overhead --device cuda:0                                           50
+#      5 steps — python -m tools.bench.job_overhead --device cuda:0                                           50
 #   7. the real-run experiment: ResNet-50 + GPT-2 small and BERT-base + GPT-2 small run sequentially,
 #      uncoordinated, time-sliced and with Zico at one budget halfway from the sum of their held peaks to the
-#      floor, 6 iterations — python -m workers.bench.experiment --device cuda:0 --budget-at 0.5              150
+#      floor, 6 iterations — python -m tools.bench.experiment --device cuda:0 --budget-at 0.5              150
 #      (ZICO_GPU_EXPERIMENT_PAIRS: other pairs, e.g. "resnet50+gpt2-small bert-base+gpt2-small resnet50+resnet50")
 #   8. a report: $OUT/gpu-check.json and $OUT/gpu-check.md (the same figures as the demo)
 # The limits add up to 450 s. Not yet run on a GPU in this form: the limits are estimates (process start-up with
@@ -127,7 +127,7 @@ fi
 log "4/7 two co-located CUDA jobs under a budget below the sum of their solo peaks"
 data=real
 $PYTHON -c "import sklearn" 2>/dev/null || data=synthetic
-run_step colocate 50 25 "$OUT/colocate.log" $PYTHON -X faulthandler -m workers.colocate --device cuda:0 \
+run_step colocate 50 25 "$OUT/colocate.log" $PYTHON -X faulthandler -m tools.colocate --device cuda:0 \
   --job "resnet50:batch_size=64,image_size=224,data=$data" \
   --job "gpt2-small:batch_size=8,seq_len=1024,data=$data" \
   --iterations "${ZICO_GPU_ITERATIONS:-12}" --budget-fraction 0.8 --data-dir "$ZICO_DATA_DIR" --out "$OUT/colocate"
@@ -139,7 +139,7 @@ run_step curve_accuracy 40 15 "$OUT/curve-accuracy-cuda.log" $PYTHON -X faulthan
 tail -22 "$OUT/curve-accuracy-cuda.log" >&2
 
 log "6/7 job-process overhead: ResNet-50 and GPT-2 small as job processes vs a plain process vs a worker thread"
-run_step job_overhead 50 25 "$OUT/job-overhead.log" $PYTHON -X faulthandler -m workers.bench.job_overhead --device cuda:0 \
+run_step job_overhead 50 25 "$OUT/job-overhead.log" $PYTHON -X faulthandler -m tools.bench.job_overhead --device cuda:0 \
   --job "resnet50:batch_size=64,image_size=224,data=synthetic" \
   --job "gpt2-small:batch_size=8,seq_len=1024,data=synthetic" \
   --rounds "${ZICO_GPU_BENCH_ROUNDS:-3}" --steps 5 --threads 0 --out "$OUT/job-overhead"
@@ -148,7 +148,7 @@ tail -30 "$OUT/job-overhead.log" >&2
 log "7/7 real-run experiment: sequential, uncoordinated, time slicing and Zico on the device"
 pairs=()
 for p in ${ZICO_GPU_EXPERIMENT_PAIRS:-resnet50+gpt2-small bert-base+gpt2-small}; do pairs+=(--pair "$p"); done
-run_step experiment 150 60 "$OUT/experiment.log" $PYTHON -X faulthandler -m workers.bench.experiment --device cuda:0 \
+run_step experiment 150 60 "$OUT/experiment.log" $PYTHON -X faulthandler -m tools.bench.experiment --device cuda:0 \
   "${pairs[@]}" --iterations 6 --budget-at 0.5 --out "$OUT/experiment"
 [ -f "$OUT/experiment.md" ] && cat "$OUT/experiment.md" >&2 || tail -30 "$OUT/experiment.log" >&2
 

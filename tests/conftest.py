@@ -2,14 +2,18 @@
 than ~20 s); skip `gpu`-marked tests where no NVIDIA GPU is visible; one torch thread for
 the folders whose tests train small models; a headless browser on the live server for the tests that drive the
 pages (tests/ui, and the whole-stack browser test in tests/integration); a real PyTorch memory snapshot for the
-tests that upload one (tests/api, tests/cli, tests/ui)."""
+tests that upload one (tests/api, tests/cli, tests/ui). The test helpers of tests/support/ (``servers``: private
+Redis and PostgreSQL servers, a device worker started the documented way) are importable by every test."""
 import lzma
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))  # tests/support/: the tests' helpers
 
 
 def _gpu_visible() -> bool:

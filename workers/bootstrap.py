@@ -12,7 +12,7 @@ device's coordinator and its agent (:class:`workers.agent.DeviceAgent`: the devi
 every job process draws on, and the watchdogs), registers the device (``worker_up``) and starts the reporter
 (samples at 5 Hz, heartbeats every second). The worker process itself never initialises CUDA: each job's
 process does, after installing its allocator client (Note [Allocator before CUDA, and never in a forked
-child] in :mod:`workers.jobproc`).
+child] in :mod:`workers.job.control`).
 The worker never opens the database and never loads Django: its Celery app (:mod:`workers.celery_app`) and its
 settings (Redis, host, directories: :mod:`workers.env`) come from the environment.
 """

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from .stopped import RunStopped  # noqa: F401  (raised by Gate.wait; re-exported for the agent)
+from .job.stopped import RunStopped  # noqa: F401  (raised by Gate.wait; re-exported for the agent)
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,7 @@ client's fd in ``ZICO_AGENT_FD``; see :mod:`workers.agent.launch`). In order:
 4. ``done`` with the status and metrics. A stop (``stop`` message, SIGTERM, or the agent closing the
    socket) checkpoints and ends ``cancelled`` / ``aborted``. Any exception ends ``failed`` with its message.
 
-Note [Allocator before CUDA, and never in a forked child]
-    PyTorch accepts a pluggable CUDA allocator only before its first CUDA allocation, and CUDA cannot be
-    initialised again in a forked child ("Cannot re-initialize CUDA in forked subprocess"). So the device
-    worker never initialises CUDA itself (it reads its GPU through NVML), runs Celery's *threads* pool
-    (nothing is forked), and launches each job with ``subprocess`` (fork and exec at once: the job starts in
-    a clean interpreter); the job process installs its allocator client before torch allocates anything.
-    A fork handler in the worker hides the GPU from any child forked without an exec (workers.bootstrap).
+(Note [Allocator before CUDA, and never in a forked child] in :mod:`workers.job.control`.)
 
 A spec with ``"profile": {"warmup", "steady"[, "time_limit_s"]}`` is a *profile run* instead (the body of
 ``zico.device.profile_job``): the job's first iterations through the same allocator client, ungated, turned
@@ -31,12 +25,10 @@ into its memory curve (``workers.curves.capture.profile_curve``), which ``done``
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import sys
@@ -47,92 +39,11 @@ from typing import Any
 from zico_contracts.oom import describe_oom
 from zico_contracts import agent as proto
 
-from .stopped import RunStopped as Stopped  # the agent (or SIGTERM) asked the job to stop: cancelled or aborted
+from .job.control import (AgentLogHandler, Control, Stopped, die_with_parent, install_allocator, last_oom,
+                          plain)
 
 STATS_INTERVAL_S = 0.2
 METRIC_EVERY_S = 1.0
-PR_SET_PDEATHSIG = 1
-
-
-class Control:
-    """The job's end of the control socket. Any thread may send (a lock keeps each line whole); only the
-    training thread reads, inside :meth:`begin`.
-
-    Note [Gate round trip in the training thread]
-        The agent sends a job nothing but ``go`` (the answer to ``iteration_begin``) and ``stop``, and a stop
-        takes effect at the next iteration start anyway. So no reader thread waits on the socket: ``begin``
-        first reads whatever the agent sent meanwhile (a stop, or the end of the stream: the agent is gone),
-        then sends ``iteration_begin`` and reads the answer itself. A reader thread handing ``go`` over through
-        a condition variable cost one more thread wake-up per iteration, on the training's critical path (on a
-        loaded 2-core machine about a millisecond of a 3.6 ms round trip; docs/workers.md "What a job process
-        costs"). A stop requested inside the process (SIGTERM, :meth:`request_stop`) wakes a ``begin`` that
-        waits for its answer through a socketpair of its own.
-    """
-
-    def __init__(self, fd: int):
-        self.sock = socket.socket(fileno=fd)
-        self._send_lock = threading.Lock()
-        self._reader = proto.LineReader(self.sock, proto.AGENT_TO_JOB)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self.stop_status: str | None = None
-
-    def send(self, msg_type: str, /, **fields: Any) -> None:
-        line = proto.encode(msg_type, **fields)
-        with self._send_lock:
-            self.sock.sendall(line)
-
-    def request_stop(self, status: str) -> None:
-        """Stop at the next iteration start (safe from a signal handler and from any thread)."""
-        if self.stop_status is None:
-            self.stop_status = status
-        try:
-            self._wake_w.send(b"s")
-        except OSError:  # full (a wake-up is pending already) or closed
-            pass
-
-    def _readable(self, timeout: float | None) -> bool:
-        """True when a message (or the end of the stream) can be read; False on timeout or a wake-up."""
-        if self._reader.buffered():
-            return True
-        ready, _, _ = select.select([self.sock, self._wake_r], [], [], timeout)
-        if self._wake_r in ready:
-            try:
-                while self._wake_r.recv(64):
-                    pass
-            except OSError:
-                pass
-        return self.sock in ready
-
-    def _receive(self) -> float | None:
-        """Read one message: the delay of a ``go``, else None (a stop, or the agent gone, recorded)."""
-        try:
-            msg = self._reader.read()
-        except (OSError, proto.ProtocolError):
-            msg = None
-        if msg is None:  # the agent closed the socket: it is gone or gave up on this job
-            self.request_stop("aborted")
-            return None
-        if msg["type"] == "go":
-            return msg["delay_s"]
-        self.request_stop("aborted" if msg["reason"] == "aborted" else "cancelled")
-        return None
-
-    def begin(self, iteration: int) -> float:
-        """The gate round trip: returns the delay the agent imposed (s); raises Stopped instead of starting."""
-        while self.stop_status is None and self._readable(0):
-            self._receive()  # a stop that came while the job trained (no go is ever due here)
-        if self.stop_status:
-            raise Stopped(self.stop_status)
-        self.send("iteration_begin", iteration=iteration)
-        while True:
-            if self._readable(None):
-                delay = self._receive()
-                if delay is not None and not self.stop_status:
-                    return delay
-            if self.stop_status:
-                raise Stopped(self.stop_status)
 
 
 class Progress:
@@ -176,64 +87,6 @@ class Progress:
             self.control.send("iteration_end", iteration=self.iteration, marks=self._marks)
 
 
-class _AgentLogHandler(logging.Handler):
-    """Sends the job's log records (WARNING and above: a checkpoint that could not be saved, ...) to the agent,
-    which writes them to the device worker's log under the job's id."""
-
-    def __init__(self, control: Control):
-        super().__init__(logging.WARNING)
-        self.control = control
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.control.send("log", line=self.format(record)[:4000], level=record.levelname.lower())
-        except Exception:  # the agent is gone; the record is on stderr too
-            pass
-
-
-def _die_with_parent(orphan_check: bool = True) -> None:
-    """SIGKILL this process when its parent dies. ``orphan_check``: exit at once if the parent (the agent) is
-    already gone; not in a sandbox, where the parent is the sandbox's own PID 1."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if orphan_check and os.getppid() == 1:  # the agent died before the prctl took effect
-        os._exit(70)
-
-
-def _install_allocator(spec: dict[str, Any], scope: str = "bound"):
-    """The allocator before any torch allocation: the agent's pool if offered, else one of this process.
-    ``scope``: the CPU shim's (``zico_allocator.install_cpu``); a user script uses "all"."""
-    import zico_allocator as za
-
-    device = spec["device"]
-    agent_fd = os.environ.get(proto.AGENT_FD_ENV)
-    if agent_fd is not None and device.startswith("cuda"):  # the agent's VMM chunks, before CUDA initialises
-        index = int(device.partition(":")[2] or 0)
-        za.install_agent_client(int(agent_fd), device=index)
-        za.install_cuda(index)
-        return za, index
-    if agent_fd is not None:  # the agent's pool: its limits hold whatever this process sets
-        za.install_agent_client(int(agent_fd))
-        # Scope "bound": the bound training thread's CPU tensors come from the agent's chunks, as in the job's
-        # profile (the data set, loaded unbound, stays outside). A job that unbinds itself (bind(0)) or turns
-        # the shim off allocates around the pool: the agent's bypass detection stops it (workers.agent.agent).
-        za.install_cpu(scope=scope)
-        return za, "cpu"
-    if device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
-        za.install_cuda(index)
-        adev: Any = index
-    else:
-        za.install_cpu(spec.get("capacity_bytes"), scope=scope)
-        adev = "cpu"
-    if spec.get("budget_bytes"):
-        za.set_budget(int(spec["budget_bytes"]), device=adev)
-    return za, adev
-
-
 def _stats_loop(control: Control, progress: Progress, za, adev, job_id: int, stop: threading.Event) -> None:
     while not stop.wait(STATS_INTERVAL_S):
         try:
@@ -251,11 +104,11 @@ def _stats_loop(control: Control, progress: Progress, za, adev, job_id: int, sto
 
 def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
     """Build, resume and train the job; returns the ``done`` fields (status, metrics[, reason])."""
-    za, adev = _install_allocator(spec)
+    za, adev = install_allocator(spec)
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from workers import checkpoints
+    from workers.job import checkpoints
     from zico_workloads.catalog import validate_params
     from zico_workloads.models import preload_data
     from zico_workloads.training import create_training_job
@@ -281,7 +134,7 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
         t0 = time.monotonic()
         next_ckpt, next_metric = t0 + every, t0 + METRIC_EVERY_S
         status, i = "succeeded", first - 1
-        saves = checkpoints.SaveTally()  # a failed save is counted, not fatal (workers.checkpoints)
+        saves = checkpoints.SaveTally()  # a failed save is counted, not fatal (workers.job.checkpoints)
         try:
             for i in range(first, job.iterations):
                 job.run_iteration(i, progress)
@@ -293,7 +146,7 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
                     next_ckpt = time.monotonic() + every
                 if now >= next_metric:
                     next_metric = now + METRIC_EVERY_S
-                    control.send("metric", values=_plain({**job.metrics(), "iteration": i + 1}))
+                    control.send("metric", values=plain({**job.metrics(), "iteration": i + 1}))
         except Stopped as stopped:
             status = stopped.status
             if job.iterations_done > first:  # Note: a stop keeps the work done (the agent drops it on cancel)
@@ -305,7 +158,7 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
         train_s = time.monotonic() - t0
         ran = job.iterations_done - first
         st = za.memory_stats(job=job_id, device=adev)
-        metrics = {**_plain(job.metrics()), "train_s": round(train_s, 3), "resumed_from": first,
+        metrics = {**plain(job.metrics()), "train_s": round(train_s, 3), "resumed_from": first,
                    "iterations_this_run": ran, "iterations_per_s": round(ran / train_s, 4) if train_s > 0 else None,
                    "gate_delay_s": round(progress.delay_s, 4), "gate_waits": progress.delays,
                    "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
@@ -318,7 +171,7 @@ def train(spec: dict[str, Any], control: Control) -> dict[str, Any]:
 def profile(spec: dict[str, Any], control: Control) -> dict[str, Any]:
     """A profile run (Note [Profiling time limit] in workers.profiling): returns the ``done`` fields, with
     the memory curve when it succeeded, or ``failed`` with the reason it stopped."""
-    za, adev = _install_allocator(spec)
+    za, adev = install_allocator(spec)
     from workers.curves.capture import ProfileStopped, profile_curve
 
     job_id, prof = spec["job"], spec["profile"]
@@ -353,10 +206,6 @@ def profile(spec: dict[str, Any], control: Control) -> dict[str, Any]:
     return {"status": "succeeded", "metrics": {"profile_s": round(time.monotonic() - t0, 3)}, "curve": curve.to_dict()}
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is None or isinstance(v, (int, float, str, bool))}
-
-
 class _Null:
     def __enter__(self):
         return self
@@ -370,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workers.jobproc", description="One Zico training job process.")
     ap.add_argument("--spec", required=True, help="the job's spec as JSON (written by the device agent)")
     a = ap.parse_args(argv)
-    _die_with_parent()
+    die_with_parent()
     faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
     spec = json.loads(a.spec)
     from zico_contracts.cpushare import pin_from_environment
@@ -379,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zico: {unpinned}", file=sys.stderr)
     control = Control(int(os.environ[proto.CONTROL_FD_ENV]))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # to stderr
-    logging.getLogger().addHandler(_AgentLogHandler(control))
+    logging.getLogger().addHandler(AgentLogHandler(control))
     signal.signal(signal.SIGTERM, lambda *_: control.request_stop("cancelled"))
     try:
         done = profile(spec, control) if spec.get("profile") else train(spec, control)
@@ -388,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
         traceback.print_exc()
         reason = f"{type(exc).__name__}: {exc}"[:1500]
-        oom = _last_oom(spec)
+        oom = last_oom(spec)
         done = {"status": "failed", "reason": reason + (f" ({describe_oom(oom)})" if oom else ""), "metrics": {}}
     control.send("done", **done)
     control.sock.shutdown(socket.SHUT_WR)
@@ -396,14 +245,6 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     # no interpreter teardown (torch's and the allocator's atexit work is not needed); 1 after a failure, as python
     os._exit(int(done["status"] == "failed"))
-
-
-def _last_oom(spec: dict[str, Any]):
-    za = sys.modules.get("zico_allocator")
-    try:
-        return za.last_oom(device="cpu" if spec["device"] == "cpu" else int(spec["device"].partition(":")[2] or 0))
-    except Exception:
-        return None
 
 
 if __name__ == "__main__":

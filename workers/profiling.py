@@ -1,16 +1,17 @@
 """The body of ``zico.device.profile_job``: the curves issue's profiling procedure run on this device.
 
 A catalog job's profile is the first ``warmup + steady`` iterations of the built-in catalog project
-(``workers/catalog_project/train.py``) run by the same path as its run and as a user's script
-(``workers.scriptproc`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
+(``workers/job/catalog_project/train.py``) run by the same path as its run and as a user's script
+(``workers.job.entry`` in the job's sandbox, Note [Catalog jobs run as scripts] in workers.runner), traced
 through the allocator as a script's profile is (Note [A script's profile is the start of its run] there) and
 turned into a memory curve (DESIGN contract, source ``allocator-trace``; ``meta``: workload, params with the
 catalog's defaults, ``profile_s``, and ``held_peak_bytes``, the bytes its pool held at most, for the one planning
 rule: placement.gating). It runs in a job process of its own under the device agent, like every job,
 drawing on the device's pool under its budget, so a profile beside running jobs can neither crash the worker
-nor take memory the budget does not allow. (``workers.jobproc`` with a ``profile`` spec, which
-``workers.colocate``, the real-run experiment and a host without a sandbox use, and ``python -m workers.curves
-profile`` measure a workload with :func:`workers.curves.capture.profile_curve` instead.) The curve goes to the
+nor take memory the budget does not allow; on a host without a sandbox, the same process unwrapped (Note [No
+sandbox for Zico's own code] in workers.agent.sandbox). (``workers.jobproc`` with a ``profile`` spec, which
+``tools.colocate`` and the real-run experiment use, and ``python -m workers.curves profile`` measure a
+workload with :func:`workers.curves.capture.profile_curve` instead.) The curve goes to the
 web side as a ``profile_done`` message, where the control consumer stores it as the job's MemoryProfile. One
 profile runs at a time per worker, so two profiles never distort each other.
 
@@ -70,10 +71,7 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
                                                 "profile), not by profile_job"}
     else:
         with _profile_lock:
-            if rt.agent.user_code_refusal():  # no sandbox here: workers.jobproc's profile, unsandboxed
-                result = _jobproc_profile(rt, job_id, spec, profile_fields)
-            else:
-                result = _catalog_profile(rt, parsed, profile_fields)
+            result = _catalog_profile(rt, parsed, profile_fields)
     if result["status"] == SUPERSEDED:  # Note [A stale profile run]
         log.info("profile of job %s superseded by its run; nothing sent", job_id)
         return {"job": job_id, "error": result["reason"]}
@@ -134,20 +132,3 @@ def proc_params(spec) -> dict[str, Any]:
     from zico_workloads.catalog import validate_params
 
     return validate_params(spec.workload, spec.params)
-
-
-def _jobproc_profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any], profile_fields: dict[str, Any]
-                     ) -> dict[str, Any]:
-    """The profile run in ``workers.jobproc`` (:func:`workers.curves.capture.profile_curve`), unsandboxed: on a
-    host where no sandbox can run. Returns the agent's outcome, with ``curve`` when it succeeded."""
-    from .agent import JobRun
-
-    proc_spec = {"workload": spec["workload"], "params": spec.get("params") or {},
-                 "device": rt.torch_device, "data_dir": str(rt.config.data_dir),
-                 "checkpoint_dir": str(rt.config.checkpoint_dir), "profile": profile_fields}
-    run = JobRun(job_id, proc_spec, profiling=True, tenant_id=int(spec.get("tenant") or 0),
-                 stop_check=lambda: "cancelled" if rt.link.cancel_requested(job_id) else None)
-    try:
-        return rt.agent.run(run)
-    except (OSError, RuntimeError) as exc:
-        return {"status": "failed", "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}

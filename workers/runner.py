@@ -1,7 +1,7 @@
 """Running one training job as its own OS process under the device agent: the body of ``zico.device.run_job``.
 
 The task thread hands the job to the device's agent (:class:`workers.agent.DeviceAgent`), which launches
-``python -m workers.scriptproc`` for it in its sandbox (a user's own code, or for a catalog job the built-in
+``python -m workers.job.entry`` for it in its sandbox (a user's own code, or for a catalog job the built-in
 catalog project: Note [Catalog jobs run as scripts]), gates each of its iterations through the device's
 coordinator, watches it and returns its outcome; this thread blocks until then. Meanwhile the job's messages
 become the web side's lifecycle messages here: ``ready`` -> ``job_started``, ``metric`` -> ``job_progress``
@@ -21,7 +21,7 @@ Note [A script's profile is the start of its run]
     zico.scheduling.service), and sends ``run_job`` with ``profile``
     (``warmup``, ``steady``, ``time_limit_s``). The script starts as any run does, ungated (it has no curve
     yet; the device's budget still holds it); its first ``warmup + steady`` iterations are traced through
-    the allocator (``workers.scriptproc``), then the job process sends ``profiled`` and goes on training.
+    the allocator (``workers.job.entry``), then the job process sends ``profiled`` and goes on training.
     Here the trace becomes the curve (:func:`profiled_curve`), sent as ``profile_done`` with the placement
     (the web side stores it as the job's MemoryProfile, which reruns of the same code and command reuse,
     and moves the job to ``running``, so the scheduler sees the device hold a job of known memory and may
@@ -34,12 +34,12 @@ Note [A script's profile is the start of its run]
 
 Note [Catalog jobs run as scripts]
     A catalog job (a ``workload`` with ``params``) runs by the same path as a user's own code: its code is the
-    built-in project ``workers/catalog_project`` (an ordinary script, ``train.py``, that builds the workload
+    built-in project ``workers/job/catalog_project`` (an ordinary script, ``train.py``, that builds the workload
     from ``zico_workloads`` by key and params and trains it, reporting its figures with the optional ``zico``
     API), its command ``python train.py --workload KEY --params JSON [--checkpoint-every-s S] [--created-at
-    T]`` (:func:`catalog_script_spec`), run by ``workers.scriptproc`` in the job's sandbox, which mounts
+    T]`` (:func:`catalog_script_spec`), run by ``workers.job.entry`` in the job's sandbox, which mounts
     ``zico_workloads`` read-only beside the rest of the job-side code. So its iterations are the optimizer's
-    steps (``workers.stepclock``), gated there, and its memory is the whole job process's pool (CPU shim
+    steps (``workers.job.stepclock``), gated there, and its memory is the whole job process's pool (CPU shim
     scope "all": the preloaded data set counts too, where ``workers.jobproc`` left it outside). What differs
     from a user's script: no archive is fetched and no output uploaded; its output directory is the job's
     checkpoint directory (``<ZICO_CHECKPOINT_DIR>/job-<id>``, kept for a resume; removed as before when the
@@ -52,7 +52,8 @@ Note [Catalog jobs run as scripts]
     its metrics say where it resumed. A stop (cancel, stale placement) raises at the next iteration start in
     the optimizer's step, after that step: the checkpoint saved then records one iteration fewer than the
     weights hold, and a resumed run repeats that one step. Where no sandbox can run (no bubblewrap:
-    ``DeviceAgent.user_code_refusal``) a catalog job runs as before, unsandboxed in ``workers.jobproc``.
+    ``DeviceAgent.user_code_refusal``) a catalog job runs the same way, the process without its sandbox around
+    it (Note [No sandbox for Zico's own code] in workers.agent.sandbox); a user's script is refused there.
 
 Note [Two runs of one job]
     Two ``run_job`` tasks of one job can reach a worker together. A worker killed while a job's ``run_job`` still
@@ -84,7 +85,8 @@ from typing import Any
 from zico_contracts import jobmetrics, userjob
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
-from . import checkpoints
+from .agent.sandbox import CATALOG_PROJECT  # the built-in project a catalog job runs
+from .job import checkpoints
 from .device import DeviceRuntime
 from .gate import DelayTally
 
@@ -214,8 +216,6 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
                 relay.profiled = lambda msg: _send_profile(rt, spec, dirs, msg)
                 output.line("system", f"profiling: the memory of the first {spec.profile['warmup'] + spec.profile['steady']} "
                                       "iterations is measured; the run goes on")
-        elif rt.agent.user_code_refusal():  # no sandbox here: Zico's own catalog code runs unsandboxed
-            proc_spec = job_process_spec(rt, spec)
         else:  # a catalog job: the built-in catalog project, run as a script (Note [Catalog jobs run as scripts])
             try:
                 dirs, proc_spec = catalog_script_spec(rt, spec)
@@ -316,7 +316,6 @@ def prepare_environment(link, spec: RunSpec, dirs, output):
     return env
 
 
-CATALOG_PROJECT = Path(__file__).resolve().parent / "catalog_project"  # the built-in project a catalog job runs
 CATALOG_SCRIPT = "train.py"
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # an agent without CPU slots: its own thread counts, kept
 
@@ -324,7 +323,7 @@ PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # an agent without CPU slot
 def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any] | None = None
                         ) -> tuple[Any, dict[str, Any]]:
     """``(dirs, the job process's spec)`` of a catalog job run as a user script is (Note [Catalog jobs run as
-    scripts]): code ``workers/catalog_project``, command ``python train.py --workload ... --params JSON ...``,
+    scripts]): code ``workers/job/catalog_project``, command ``python train.py --workload ... --params JSON ...``,
     output directory the job's checkpoint directory (``<checkpoint dir>/job-<id>``, kept after the run), scratch
     ``<var>/jobs/<id>/scratch`` (the caller removes ``dirs.scratch_dir.parent`` after the run). The built-in
     corpus is written to the data directory here, since the job sees it read-only.
@@ -364,22 +363,13 @@ def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any
                   **({"profile": profile} if profile else {})}
 
 
-def job_process_spec(rt: DeviceRuntime, spec: RunSpec) -> dict[str, Any]:
-    """The ``--spec`` of a catalog job's unsandboxed process (``workers.jobproc``), where no sandbox can run:
-    workload, params, torch device, checkpoint and data directories, checkpoint period (s) and the job's
-    creation time (its checkpoints' owner)."""
-    return {"workload": spec.workload, "params": spec.params, "device": rt.torch_device,
-            "checkpoint_dir": str(rt.config.checkpoint_dir), "data_dir": str(rt.config.data_dir),
-            "checkpoint_every_s": rt.config.checkpoint_every_s, "job_created_at": spec.job_created_at}
-
-
 class _NotStarted(RuntimeError):
     """The job's process was not started; the message says why (the job then fails with it)."""
 
 
 # Bookkeeping names in a job process's ``metric`` values, not the job's own figures: a script's optimizer steps
-# (workers.scriptproc.MetricSink); the catalog project's iteration reached, the iteration it resumed from, the
-# total and this run's count (workers/catalog_project/train.py), besides its steps.
+# (workers.job.entry.MetricSink); the catalog project's iteration reached, the iteration it resumed from, the
+# total and this run's count (workers/job/catalog_project/train.py), besides its steps.
 SCRIPT_PROGRESS_KEYS = ("iterations_done",)
 CATALOG_PROGRESS_KEYS = ("iteration", "iterations_done", "iterations", "resumed_from", "iterations_this_run")
 
@@ -405,7 +395,7 @@ def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[d
 def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any],
                    held_peak_bytes: Any = None) -> dict[str, Any]:
     """The memory curve (DESIGN contract, source ``allocator-trace``) from the trace a script job's first
-    iterations left in its scratch dir (workers.scriptproc.PROFILE_TRACE), with ``held_peak_bytes`` (the bytes
+    iterations left in its scratch dir (workers.job.entry.PROFILE_TRACE), with ``held_peak_bytes`` (the bytes
     its pool held at most meanwhile, when known) stored in it for the one planning rule
     (``placement.gating.with_held_peak``, Note [One planning rule]). Raises ValueError saying why the trace is
     missing or holds no usable iteration."""
@@ -417,7 +407,7 @@ def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, 
     from workers.curves.capture import allocator_records_to_trace
     from zico_workloads.curves.trace import trace_curve
 
-    from .scriptproc import PROFILE_TRACE
+    from .job.entry import PROFILE_TRACE
 
     try:
         rows = json.loads((dirs.scratch_dir / PROFILE_TRACE).read_text())

@@ -103,7 +103,7 @@ def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
 
 
 def script_spec(code: CodeSpec, dirs: JobDirs, device: str, data_dir: Path) -> dict[str, Any]:
-    """The job process's spec (``workers.scriptproc``, zico_contracts.userjob) for ``code`` in ``dirs``; the
+    """The job process's spec (``workers.job.entry``, zico_contracts.userjob) for ``code`` in ``dirs``; the
     worker's data directory (read-only in the sandbox) is made if missing."""
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     return {"kind": "script", "code_dir": str(dirs.code_dir), "argv": list(code.command), "env": dict(code.env),

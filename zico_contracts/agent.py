@@ -22,7 +22,7 @@ Job -> agent::
                                                        says (a user script: ``zico.set_iterations_total``)
     profiled       {iterations, profile_s}             a script job's profile is complete: its allocator trace of the
                                                        first ``iterations`` iterations is in its scratch dir
-                                                       (workers.scriptproc.PROFILE_TRACE); the job goes on training
+                                                       (workers.job.entry.PROFILE_TRACE); the job goes on training
     done           {status, metrics[, reason, curve]}  last message; status succeeded|failed|cancelled|aborted;
                                                        curve: a profile run's memory curve (placement.curves JSON)
 

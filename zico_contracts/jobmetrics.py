@@ -4,7 +4,7 @@ them; shared by the job-side API (``zico_job``), the job process, the device age
 Job code is untrusted and runs in the job process beside the runtime that reports its figures, so what crosses
 from that process is only the job's word. Two kinds of platform names:
 
-- ``RUNTIME_METRICS``: figures the job process's runtime reports in its ``done`` message (``workers.scriptproc``):
+- ``RUNTIME_METRICS``: figures the job process's runtime reports in its ``done`` message (``workers.job.entry``):
   iterations, run and train seconds, the allocator's peaks. They travel in the job's message; the device agent
   takes the larger of its own and the job's peaks (``workers.agent.agent``), so a job can only overstate them.
 - ``WORKER_METRICS``: figures the device agent and the worker measure outside the job process (gate delays, the

@@ -107,7 +107,7 @@ class RunSpec:
         plan: the placement's sharing plan (``job_ids``, ``predicted_slowdown`` per job, ``budget_bytes``, ...).
         job_created_at: the job's creation time (ISO 8601): with the id it names the job across deployments,
             so a checkpoint left by an earlier database's job of the same id is not resumed
-            (Note [Checkpoints across deployments] in workers.checkpoints). None when the sender does not set it.
+            (Note [Checkpoints across deployments] in workers.job.checkpoints). None when the sender does not set it.
         tenant: the job's tenant id. The agent's pool scrubs a chunk that moves to another tenant's job
             (docs/allocator.md, Note: scrub); None (an older sender) counts as tenant 0.
         code: the code fields of a command job (a user's own script), else None.

@@ -9,10 +9,10 @@
 
 Nothing here is needed: an unmodified script runs as a job, its iterations counted from its optimizer steps.
 A loop that steps no torch optimizer (inference, evaluation, hand-written updates, another library's optimizer)
-marks its iterations with ``zico.iteration()`` (Note [Explicit iterations] in ``workers.stepclock``).
+marks its iterations with ``zico.iteration()`` (Note [Explicit iterations] in ``workers.job.stepclock``).
 Outside a Zico job every call does nothing but check its arguments (the script runs the same on a laptop). The
 standard library and ``zico_contracts`` only:
-the job process (``workers.scriptproc``) attaches the sink that carries the values to the device agent as the
+the job process (``workers.job.entry``) attaches the sink that carries the values to the device agent as the
 protocol's ``metric`` message (``zico_contracts.agent``), at most once a second with the latest values, and
 the iteration marks to the job's clock.
 """
@@ -93,7 +93,7 @@ class iteration:
     progress counts one. The rule with an optimizer: from the first block on, the blocks are the job's
     iterations and optimizer steps count none (inside a block a step only marks its optimizer phase), so a
     loop may use both without counting twice; an iteration the optimizer's step had already begun when the
-    first block is entered is that block's (Note [Explicit iterations] in ``workers.stepclock``).
+    first block is entered is that block's (Note [Explicit iterations] in ``workers.job.stepclock``).
 
     In a job, entering raises RuntimeError inside another block, and the stop of a cancelled job (a
     ``BaseException``) instead of starting. Outside a Zico job it does nothing."""

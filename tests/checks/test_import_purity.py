@@ -8,6 +8,9 @@ ones included (a lazy import runs only on some paths, which the subprocess may n
     zico_contracts   the standard library only
     zico_workloads   never Django, Celery, ``workers`` or the Django project ``zico``
     workers          never Django or ``zico`` (the Django project, under platform/)
+    workers/job      the job process: ``zico_contracts``, ``zico_job``, ``zico_workloads``, the allocator binding
+                     ``zico_allocator``, torch, numpy and the standard library (what those load in turn too);
+                     never ``workers`` outside ``workers.job``, never Django, Celery, Redis or ``placement``
     platform/zico    never ``workers``
 """
 import ast
@@ -27,6 +30,8 @@ ROOMS = {
     "zico_contracts": ("zico_contracts", ROOT / "zico_contracts", None),
     "zico_workloads": ("zico_workloads", ROOT / "zico_workloads", {"django", "celery", "kombu", "workers", "zico"}),
     "workers": ("workers", ROOT / "workers", {"django", "zico"}),
+    "workers/job": ("workers.job", ROOT / "workers" / "job",
+                    {"django", "zico", "celery", "kombu", "billiard", "redis", "placement", "platform"}),
     "platform/zico": ("zico", ROOT / "platform" / "zico", {"workers"}),
 }
 # Imported by others, not by the room: kombu.utils.json imports django.utils.functional (its JSON encoder knows
@@ -75,10 +80,19 @@ def imported_in_a_fresh_process(package: str, names: list[str]) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+# what a file of the job room may name in an import (besides the standard library and workers.job itself)
+JOB_ROOM_IMPORTS = {"zico_contracts", "zico_job", "zico_workloads", "zico_allocator", "torch", "numpy"}
+
+
 def forbidden(room: str, names: set[str]) -> set[str]:
-    """The top-level packages of the module names ``names`` that ``room`` may not import."""
+    """The top-level packages of the module names ``names`` that ``room`` may not import (for the job room,
+    ``workers``' modules outside ``workers.job`` by their own names)."""
     package, _, banned = ROOMS[room]
     top = {n.split(".")[0] for n in names}
+    if room == "workers/job":
+        host = {n for n in names if n.split(".")[0] == "workers" and n not in ("workers", "workers.job")
+                and not n.startswith("workers.job.")}
+        return (top & banned) | host
     if banned is None:
         return {m for m in top if m not in sys.stdlib_module_names and m != package}
     return top & banned
@@ -111,6 +125,45 @@ def test_no_file_of_a_room_imports_what_it_may_not(room):
            for path in sorted(folder.rglob("*.py")) if "__pycache__" not in path.parts
            for line, top in static_imports(path) if forbidden(room, {top})]
     assert bad == []
+
+
+def job_room_imports(path: Path, package: str | None = None) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path`` (a file of workers/job) that the job room may not name:
+    anything but the standard library, :data:`JOB_ROOM_IMPORTS` and ``workers.job``; relative imports
+    resolved against the file's package, so ``from .. import gate`` is caught too."""
+    package = package or ".".join(path.parent.relative_to(ROOT).parts)  # the file's own package
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module) if p)
+            names = [module] if node.module or not node.level else [f"{module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            ok = (top in sys.stdlib_module_names or top in JOB_ROOM_IMPORTS
+                  or name == "workers.job" or name.startswith("workers.job."))
+            if not ok:
+                bad.append((node.lineno, name))
+    return bad
+
+
+def test_no_file_of_the_job_room_imports_beyond_its_list():
+    folder = ROOMS["workers/job"][1]
+    bad = [f"{path.relative_to(ROOT)}:{line}: {name}"
+           for path in sorted(folder.rglob("*.py")) if "__pycache__" not in path.parts
+           for line, name in job_room_imports(path)]
+    assert bad == []
+
+
+def test_the_job_room_scan_sees_a_host_side_import(tmp_path):
+    f = tmp_path / "probe.py"  # read as a module of workers.job
+    f.write_text("import os, torch\nfrom . import control\nfrom .. import gate\nfrom workers.job import x\n"
+                 "def g():\n    from workers.agent import sandbox\n    import redis\n")
+    assert job_room_imports(f, "workers.job") == [(3, "workers.gate"), (6, "workers.agent"), (7, "redis")]
 
 
 def test_the_scan_sees_a_function_local_import(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from workers.testing import REPO, PostgresServer, RedisServer, start_worker, stop_process
+from servers import REPO, PostgresServer, RedisServer, start_worker, stop_process
 
 
 @pytest.fixture

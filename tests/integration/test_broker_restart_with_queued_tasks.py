@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from zico_workloads.curves.estimate import estimate_curve
-from workers.testing import stop_process
+from servers import stop_process
 from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job

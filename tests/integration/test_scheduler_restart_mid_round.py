@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from workers.testing import stop_process
+from servers import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job

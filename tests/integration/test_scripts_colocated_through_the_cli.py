@@ -36,7 +36,7 @@ import pytest
 from django.db.models import Max
 
 from placement.gating import held_floor, planning_curve
-from workers.testing import stop_process
+from servers import stop_process
 from zico.cluster.models import Device
 from zico.jobs.models import Job, MemoryProfile
 from zico.telemetry.models import TimelinePoint

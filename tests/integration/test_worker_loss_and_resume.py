@@ -11,8 +11,8 @@ import time
 import pytest
 from celery import Celery
 
-from workers import checkpoints
-from workers.testing import stop_process
+from workers.job import checkpoints
+from servers import stop_process
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job

@@ -18,7 +18,7 @@ import tarfile
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from workers.testing import stop_process
+from servers import stop_process
 from zico.jobs.code import store_archive
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job

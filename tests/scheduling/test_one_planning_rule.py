@@ -1,5 +1,5 @@
 """One planning rule (Note [One planning rule] in placement.gating): from the same stored profile the scheduler's
-snapshot, the device worker's gate (its coordinator's curve), workers.colocate (which stores its solo profile with
+snapshot, the device worker's gate (its coordinator's curve), tools.colocate (which stores its solo profile with
 the held peak and hands it to the same gate) and the simulator's device plan the very same curve, raised by the
 stored pool overhead; the scheduler and the worker plan it against the same share of the device's budget."""
 import json
@@ -51,7 +51,7 @@ def test_the_scheduler_the_workers_gate_colocate_and_the_simulator_plan_the_same
 
     scheduler = next(j for j in take_snapshot().state.queued if j.id == job.pk).curve
     worker = _gate_curve(row.curve, 1 << 30)  # the run spec carries the row's curve JSON (Placement.run_spec)
-    colocate = _gate_curve(with_held_peak(solo, held).to_dict(), 1 << 30)  # workers.colocate.run's agent gate
+    colocate = _gate_curve(with_held_peak(solo, held).to_dict(), 1 << 30)  # tools.colocate.run's agent gate
     sim = DeviceRun(1 << 30)
     sim.add_job(SimJob(id="lm", tenant="t", curve=curve_from_dict(row.curve)))
     simulator = sim.jobs["lm"].pacer.curve  # the curve the simulated device's coordinator is given

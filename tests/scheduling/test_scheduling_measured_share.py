@@ -48,7 +48,7 @@ def _runtime(dev, tmp_path):
 
 def _profile(full_params):
     """The kind's real curve: its first iterations alone through the allocator's trace (as profile_job does)."""
-    from workers.bench.experiment_modes import Job as BenchJob, profile
+    from tools.bench.experiment_modes import Job as BenchJob, profile
 
     return profile(BenchJob("digits-cnn", {k: v for k, v in full_params.items() if k != "iterations"}), "cpu",
                    512 * MiB, job_id=900_001)["curve"]

@@ -50,7 +50,7 @@ def test_ready_jobs_are_placed_with_a_plan_and_their_run_tasks_go_to_the_device_
         # a group is planned against the share of the budget the worker's gate uses
         assert spec["plan"]["budget_bytes"] == pytest.approx((1 - DEFAULT_GATE_HEADROOM) * 16 * GiB)
         assert spec["run_token"] == str(placements.get(pk=spec["placement"]).run_token)
-        # with the id, names the job across deployments (workers.checkpoints)
+        # with the id, names the job across deployments (workers.job.checkpoints)
         assert spec["job_created_at"] == Job.objects.get(pk=job_id).created_at.isoformat()
     # every placement has its own token: a done record of one run never matches another's
     assert len({p.run_token for p in placements}) == placements.count()

@@ -11,7 +11,7 @@ import pytest
 import redis
 import torch
 
-from workers import checkpoints
+from workers.job import checkpoints
 from zico_contracts import joblog
 from zico_workloads.training import create_training_job
 
@@ -109,7 +109,7 @@ def test_a_device_worker_finishes_a_job_whose_checkpoints_cannot_be_written(tiny
     succeeds, and its metrics carry the failures with the message."""
     from celery import Celery
 
-    from workers.testing import RedisServer, start_worker, stop_process
+    from servers import RedisServer, start_worker, stop_process
 
     host = f"ck{uuid.uuid4().hex[:6]}"
     fill(tiny_fs, leave_bytes=0)

@@ -1,4 +1,4 @@
-"""``python -m workers.colocate``: bad input is refused before anything runs (one line, exit 2, no
+"""``python -m tools.colocate``: bad input is refused before anything runs (one line, exit 2, no
 traceback, no report written), the markdown report says which budget applied, and a run that did not show
 sharing (budget not below the sum of the solo peaks, no bytes moved between the processes) exits 1 saying why."""
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from workers.colocate import markdown, verdict
+from tools.colocate import markdown, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _colocate(args: list[str], out: Path | str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("platform", ".", "allocator/python"))}
-    return subprocess.run([sys.executable, "-m", "workers.colocate", *args, "--out", str(out)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "tools.colocate", *args, "--out", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -151,7 +151,7 @@ def test_the_verdict_names_each_thing_the_run_did_not_show():
 @pytest.mark.parametrize("problem", ["none", "not-below", "no-transfers"])
 def test_colocate_exits_non_zero_and_says_why_when_the_run_did_not_show_sharing(tmp_path, monkeypatch, capsys, problem):
     """main's exit status and stderr for a report (run() itself is exercised by test_colocate_report.py)."""
-    import workers.colocate as colocate
+    import tools.colocate as colocate
 
     report = _shown_report(**{"none": {}, "not-below": {"budget_bytes": 80 << 20},
                               "no-transfers": {"transfer_bytes": 0, "transfers": 0}}[problem])

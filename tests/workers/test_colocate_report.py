@@ -1,4 +1,4 @@
-"""``python -m workers.colocate`` for real: two training jobs, each its own process, share one pool below the sum
+"""``python -m tools.colocate`` for real: two training jobs, each its own process, share one pool below the sum
 of their solo reserved peaks; the JSON report keeps its keys and names each job's own process and status."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ LM = "tiny-lm:batch_size=8,seq_len=64,data=synthetic"  # ~26 MiB allocated at it
 def test_the_json_report_names_each_job_process_its_status_and_the_bytes_moved_between_them(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("platform", ".", "allocator/python"))}
     out = tmp_path / "colocate"
-    proc = subprocess.Popen([sys.executable, "-m", "workers.colocate", "--job", LM, "--job", LM, "--iterations", "8",
+    proc = subprocess.Popen([sys.executable, "-m", "tools.colocate", "--job", LM, "--job", LM, "--iterations", "8",
                              "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     stdout, stderr = proc.communicate(timeout=900)

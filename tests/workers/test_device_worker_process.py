@@ -13,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
-from workers.testing import RedisServer, start_worker, stop_process
+from servers import RedisServer, start_worker, stop_process
 from zico_contracts import keys
 
 HOST = f"wt{uuid.uuid4().hex[:6]}"
@@ -199,7 +199,7 @@ def test_a_malformed_spec_is_refused_and_reported(worker, client, server):
 
 def test_a_catalog_job_runs_as_the_catalog_project_in_a_sandboxed_script_process(worker, client, server):
     """Note [Catalog jobs run as scripts] in workers.runner: the job's own process, found from ``describe`` while
-    it runs, is ``workers.scriptproc`` in a PID namespace of its own, under the job's uid, its current directory
+    it runs, is ``workers.job.entry`` in a PID namespace of its own, under the job's uid, its current directory
     the built-in project; the job ends with the project's figures and the agent's memory figures."""
     from workers.agent.settings import AgentSettings
 
@@ -214,7 +214,7 @@ def test_a_catalog_job_runs_as_the_catalog_project_in_a_sandboxed_script_process
     assert _ppid(str(launched)) == worker[0].pid and launched != job_pid  # the worker's child: the outer bwrap
     assert Path(f"/proc/{launched}/cmdline").read_bytes().split(b"\0")[0].endswith(b"bwrap")
     argv = Path(f"/proc/{job_pid}/cmdline").read_bytes().split(b"\0")
-    assert argv[1:5] == [b"-m", b"workers.scriptproc", b"--spec-file", b"/zico/spec.json"]
+    assert argv[1:5] == [b"-m", b"workers.job.entry", b"--spec-file", b"/zico/spec.json"]
     status = dict(line.split(":", 1) for line in Path(f"/proc/{job_pid}/status").read_text().splitlines())
     assert len(status["NSpid"].split()) == 2  # a pid of its own namespace: the sandbox's
     assert int(status["Uid"].split()[0]) == AgentSettings().job_uid(61)

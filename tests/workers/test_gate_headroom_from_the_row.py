@@ -10,7 +10,7 @@ from workers.agent import AgentSettings, DeviceAgent
 from workers.device import DeviceRuntime, WorkerConfig, cpu_info
 from workers.link import Link
 from workers.reporter import Reporter
-from workers.testing import RedisServer
+from servers import RedisServer
 from zico_contracts import keys
 
 MIB = 1 << 20

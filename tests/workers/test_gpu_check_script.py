@@ -32,13 +32,13 @@ def test_every_step_has_a_limit_and_the_whole_run_fits_eight_minutes():
 
 
 def test_the_experiment_step_covers_resnet50_bert_base_and_gpt2_small_below_the_sum_of_peaks():
-    from workers.bench.experiment import CUDA_JOBS, parse_pairs
+    from tools.bench.experiment import CUDA_JOBS, parse_pairs
 
     text = SCRIPT.read_text()
     default = re.search(r"ZICO_GPU_EXPERIMENT_PAIRS:-([^}]+)\}", text)[1].split()
     pairs = parse_pairs(default, CUDA_JOBS)
     assert {k for p in pairs for k in p} == {"resnet50", "bert-base", "gpt2-small"}
-    call = re.search(r"-m workers\.bench\.experiment --device cuda:0 \\\n\s*(.*)", text)[1]
+    call = re.search(r"-m tools\.bench\.experiment --device cuda:0 \\\n\s*(.*)", text)[1]
     words = shlex.split(call.replace('"${pairs[@]}"', ""))
     at = [float(words[i + 1]) for i, w in enumerate(words) if w == "--budget-at"]
     assert at and all(0 < f <= 1 for f in at)  # below the sum of the pair's held peaks

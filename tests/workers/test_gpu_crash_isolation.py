@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent import AgentSettings, JobRun
-from workers.crash_harness import ExitWatch, PacedAgent
+from tools.crash_harness import ExitWatch, PacedAgent
 
 HERE = Path(__file__).resolve().parent
 MiB = 1 << 20

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
-from workers.bench.schedstat import thread_ns
+from tools.bench.schedstat import thread_ns
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ SLOWDOWN_LIMIT = 1.2
 PROFILE = """
 import json, sys
 import zico_allocator as za
-from workers.colocate import solo_profile
+from tools.colocate import solo_profile
 za.install_cpu()
 key, params = json.loads(sys.argv[1])
 curve, reserved = solo_profile(key, params, "cpu", sys.argv[2], 900)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from workers import checkpoints
+from workers.job import checkpoints
 
 
 def test_a_checkpoint_round_trips_a_training_state(tmp_path):

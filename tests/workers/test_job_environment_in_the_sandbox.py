@@ -1,7 +1,7 @@
 """A job's own environment and its data-loader workers, in real sandboxed job processes (bwrap) of the real agent
 pool: the packages a project asked for (built by workers.jobenv from a local wheelhouse) import from /job/env,
 which the job cannot write; a script whose ``DataLoader(num_workers=2)`` forks two worker processes trains to
-the very loss it reaches without them (Note [Forked children of a job] in workers.scriptproc: the children once
+the very loss it reaches without them (Note [Forked children of a job] in workers.job.entry: the children once
 allocated inside the parent's pool chunks and overwrote its weights)."""
 import os
 import re

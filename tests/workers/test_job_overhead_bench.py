@@ -1,4 +1,4 @@
-"""The job-overhead benchmark (workers.bench.job_overhead): its figures from literal rounds, a real run of its
+"""The job-overhead benchmark (tools.bench.job_overhead): its figures from literal rounds, a real run of its
 three arms on CPU (tiny sizes; no speed is asserted: the figures are the benchmark's output), and the GPU
 check's invocation of it (parsed here, since it can only run on a GPU host)."""
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.bench.overhead_report import summarize
+from tools.bench.overhead_report import summarize
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_summary_keeps_the_rounds_after_the_warm_up_and_divides_the_medians():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_benchmark_runs_its_three_arms_on_cpu_and_prints_ratios_measured_in_the_same_run(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "workers.bench.job_overhead",
+    out = subprocess.run([sys.executable, "-m", "tools.bench.job_overhead",
                           "--job", "tiny-lm:batch_size=2,seq_len=16,data=synthetic", "--rounds", "2", "--steps", "3",
                           "--out", str(tmp_path / "overhead")], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -60,13 +60,13 @@ def test_the_benchmark_runs_its_three_arms_on_cpu_and_prints_ratios_measured_in_
 
 
 def test_gpu_check_runs_the_benchmark_on_cuda_with_resnet50_and_gpt2_small(tmp_path):
-    from workers.bench.job_overhead import parse_args
-    from workers.colocate import parse_job
+    from tools.bench.job_overhead import parse_args
+    from tools.colocate import parse_job
     from zico_workloads.catalog import validate_params
 
     script = (REPO / "scripts" / "gpu-check.sh").read_text()
     assert subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu-check.sh")]).returncode == 0
-    block = re.search(r"faulthandler -m workers\.bench\.job_overhead((?:[^\n]*\\\n)*[^\n]*)", script).group(1)
+    block = re.search(r"faulthandler -m tools\.bench\.job_overhead((?:[^\n]*\\\n)*[^\n]*)", script).group(1)
     words = shlex.split(re.sub(r"\$\{ZICO_GPU_BENCH_ROUNDS:-(\d+)\}", r"\1", block.replace("\\\n", " ").split(">")[0])
                         .replace("$OUT", str(tmp_path)))
     args = parse_args(words)
@@ -76,5 +76,5 @@ def test_gpu_check_runs_the_benchmark_on_cuda_with_resnet50_and_gpt2_small(tmp_p
     for key, params in jobs:
         validate_params(key, params)
     assert dict(jobs)["resnet50"]["batch_size"] == 64 and dict(jobs)["gpt2-small"]["seq_len"] == 1024
-    limit = re.search(r"run_step job_overhead (\d+) \d+ \S+ \$PYTHON -X faulthandler -m workers\.bench\.job_overhead", script)
+    limit = re.search(r"run_step job_overhead (\d+) \d+ \S+ \$PYTHON -X faulthandler -m tools\.bench\.job_overhead", script)
     assert limit and int(limit.group(1)) <= 300

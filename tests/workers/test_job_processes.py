@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
-from workers.crash_harness import ExitWatch, PacedAgent
+from tools.crash_harness import ExitWatch, PacedAgent
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow
@@ -90,7 +90,7 @@ TWO = [("digits-cnn", {"iterations": 200, "batch_size": 256, "image_size": 32}),
 PROFILE = """
 import json, sys
 import zico_allocator as za
-from workers.colocate import solo_profile
+from tools.colocate import solo_profile
 za.install_cpu()
 out = []
 for n, (key, params) in enumerate(json.loads(sys.argv[1]), start=1):
@@ -120,7 +120,7 @@ def test_two_real_jobs_as_two_processes_share_a_pool_smaller_than_the_sum_of_the
         reserved = [alone.pool.native.stats()["jobs"][n]["peak_held_bytes"] for n in (1, 2)]
     finally:
         alone.close()
-    # as workers.colocate: each curve stored with its solo held peak, the agent's gate plans it with the one rule
+    # as tools.colocate: each curve stored with its solo held peak, the agent's gate plans it with the one rule
     # (Note [One planning rule] in placement.gating); the budget a fraction of the sum of the solo peaks, at least
     # the least budget that rule can plan
     held = [with_held_peak(c, r) for c, r in zip(curves, reserved)]

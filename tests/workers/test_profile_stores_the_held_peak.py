@@ -13,7 +13,7 @@ from workers.agent import AgentSettings, DeviceAgent
 from workers.device import DeviceRuntime, WorkerConfig, cpu_info
 from workers.link import Link
 from workers.profiling import profile
-from workers.testing import RedisServer
+from servers import RedisServer
 from zico_contracts import keys
 
 MIB = 1 << 20

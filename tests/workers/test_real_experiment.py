@@ -1,11 +1,11 @@
-"""The real-run experiment (workers.bench.experiment): its modes on a tiny pair of real job processes (time
+"""The real-run experiment (tools.bench.experiment): its modes on a tiny pair of real job processes (time
 slicing alternates single iterations; uncoordinated jobs past the budget fail out of memory), its budgets and
 held-byte curves, the slowdowns it measures, and its report's fields, from a literal report."""
 import pytest
 
-from workers.bench.experiment import budgets_for, held_curve, main
-from workers.bench.experiment_modes import Job, colocated_slowdowns, run_mode
-from workers.bench.experiment_report import markdown, throughput_vs_sequential
+from tools.bench.experiment import budgets_for, held_curve, main
+from tools.bench.experiment_modes import Job, colocated_slowdowns, run_mode
+from tools.bench.experiment_report import markdown, throughput_vs_sequential
 
 MiB = 1 << 20
 DIGITS = Job("digits-cnn", {"batch_size": 16, "image_size": 16, "data": "synthetic"})
@@ -127,7 +127,7 @@ def test_a_cuda_device_is_accepted_and_brings_its_own_pairs(capsys):
 
 
 def test_the_measured_section_is_replaced_in_place_and_the_simulated_page_above_it_kept():
-    from workers.bench.experiment_report import MEASURED_HEADING, measured_section, replace_section
+    from tools.bench.experiment_report import MEASURED_HEADING, measured_section, replace_section
 
     page = "# Experiment\n\nsimulated table\n"
     once = replace_section(page, f"{MEASURED_HEADING}\n\nrun 1\n")
@@ -138,8 +138,8 @@ def test_the_measured_section_is_replaced_in_place_and_the_simulated_page_above_
 
 
 def test_every_default_job_is_a_valid_catalog_job_and_every_default_pair_names_them():
-    from workers.bench.experiment import CPU_JOBS, CPU_PAIRS, CUDA_JOBS, CUDA_PAIRS, parse_pairs
-    from workers.colocate import check_inputs, parse_job
+    from tools.bench.experiment import CPU_JOBS, CPU_PAIRS, CUDA_JOBS, CUDA_PAIRS, parse_pairs
+    from tools.colocate import check_inputs, parse_job
 
     for device, jobs, pairs in (("cpu", CPU_JOBS, CPU_PAIRS), ("cuda:0", CUDA_JOBS, CUDA_PAIRS)):
         parsed = [parse_job(text) for text in jobs.values()]

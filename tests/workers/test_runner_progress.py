@@ -9,7 +9,7 @@ import redis
 from workers.link import Link
 from workers.runner import RunSpec, _Relay
 from zico_contracts.codejob import CodeSpec
-from workers.testing import RedisServer
+from servers import RedisServer
 from zico_contracts import keys
 
 

@@ -1,8 +1,8 @@
-"""workers.bench.slowdown_table: bad groups are refused naming them (exit status 2, nothing run), and one short run
+"""tools.bench.slowdown_table: bad groups are refused naming them (exit status 2, nothing run), and one short run
 of a pair prints a row per job with the contention model's prediction beside the measurement."""
 import pytest
 
-from workers.bench import slowdown_table as st
+from tools.bench import slowdown_table as st
 
 
 def test_a_bad_group_is_named_and_nothing_runs(capsys):

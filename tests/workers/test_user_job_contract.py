@@ -143,8 +143,8 @@ def test_zico_iteration_blocks_reach_the_sink_even_when_the_body_raises_and_do_n
 
 
 def test_explicit_iteration_blocks_do_not_nest_and_are_the_clock_from_the_first_on():
-    # Note [Explicit iterations] in workers/stepclock.py, on the clock itself (the control socket recorded)
-    from workers.stepclock import StepClock
+    # Note [Explicit iterations] in workers/job/stepclock.py, on the clock itself (the control socket recorded)
+    from workers.job.stepclock import StepClock
 
     class Control:
         def __init__(self):
@@ -223,6 +223,34 @@ def test_sandbox_knobs_from_the_environment(monkeypatch):
     assert s.cpu_s == 3600 and s.job_uid(7) == 500007 and s.job_uid(1007) == 500007 and s.disk_bytes == 10 << 30
 
 
+def test_without_bubblewrap_a_catalog_job_runs_the_same_job_process_unwrapped(tmp_path):
+    # Note [No sandbox for Zico's own code]: the catalog project, by the same entry and spec as in a sandbox,
+    # its argv without bwrap; a user's script on the same agent is still refused
+    from types import SimpleNamespace
+
+    from workers.runner import catalog_script_spec
+
+    rt = SimpleNamespace(torch_device="cpu", config=SimpleNamespace(
+        data_dir=tmp_path / "data", checkpoint_dir=tmp_path / "ckpt", var_dir=tmp_path / "var",
+        checkpoint_every_s=None))
+    job = SimpleNamespace(job=53, workload="digits-cnn", params={"batch_size": 8, "iterations": 3}, job_created_at=None)
+    _, proc_spec = catalog_script_spec(rt, job)
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
+    seen = []
+    try:
+        run = JobRun(53, proc_spec, on_message=seen.append)
+        out = agent.run(run)
+        refused = agent.run(JobRun(54, spec(code_dir=str(tmp_path), output_dir=str(tmp_path / "o"),
+                                            scratch_dir=str(tmp_path / "s"))))
+    finally:
+        agent.close()
+    assert out["status"] == "succeeded", out
+    assert out["metrics"]["iterations_done"] == 3 and out["pid"] == run.job_pid  # no wrapper: the job's own pid
+    hello = next(m for m in seen if m["type"] == "hello")
+    assert hello["pid"] == run.job_pid
+    assert refused["status"] == "failed" and "bubblewrap was not found" in refused["reason"]
+
+
 def test_without_bubblewrap_user_scripts_are_refused_and_nothing_starts(tmp_path):
     agent = DeviceAgent("cpu", 1 << 28, 1 << 28, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
     seen = []
@@ -253,13 +281,35 @@ def test_a_crash_is_placed_at_the_users_line_from_faulthandlers_stack():
 
 def test_the_job_side_modules_import_on_the_sandboxes_path_without_the_web_side():
     # what a sandboxed job process imports before the user's script runs: nothing from platform/ (placement,
-    # zico) may be needed, since the sandbox does not mount it (workers.agent.sandbox.JOB_SIDE_DIRS)
-    code = ("import sys, workers.scriptproc, workers.stepclock, workers.jobproc, workers.stopped; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'placement', 'zico', 'django', 'celery'}))")
+    # zico) may be needed, since the sandbox does not mount it (workers.agent.sandbox.JOB_SIDE_DIRS), nor any
+    # module of workers/ outside its job package
+    code = ("import sys, workers.job.entry, workers.job.stepclock, workers.job.checkpoints; "
+            "print(sorted({m for m in sys.modules if m.split('.')[0] in {'placement', 'zico', 'django', 'celery'}"
+            " or (m.startswith('workers.') and not m.startswith('workers.job'))}))")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{ROOT}:{ROOT / 'zico_job' / 'shim'}"}
     out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_sandbox_mounts_only_the_job_package_of_workers(tmp_path):
+    # the bwrap command of a real job's sandbox: of the repository it binds the job-side folders only, and of
+    # workers/ only workers/job (the host side, its settings and tools stay out of reach of a job's code)
+    from workers.agent import sandbox
+
+    if sandbox.refusal(AgentSettings().bwrap):
+        pytest.skip("no sandbox can run on this host")
+    (tmp_path / "code").mkdir()
+    box = sandbox.Sandbox.for_job(5, spec(code_dir=str(tmp_path / "code"), output_dir=str(tmp_path / "out"),
+                                          scratch_dir=str(tmp_path / "scratch")), AgentSettings())
+    argv, _, fds = box.command("workers.job.entry", {})
+    for fd in fds:
+        os.close(fd)
+    sources = {argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind", "--ro-bind-try", "--bind")}
+    repo = {os.path.relpath(s, sandbox.REPO) for s in sources if s.startswith(str(sandbox.REPO) + os.sep)}
+    assert {r for r in repo if r.split(os.sep)[0] == "workers"} == {os.path.join("workers", "job")}
+    assert "platform" not in {r.split(os.sep)[0] for r in repo}
+    assert argv[argv.index("-m") + 1] == "workers.job.entry"
 
 
 def test_a_failure_reason_is_its_headline_how_it_ended_and_the_last_stderr_lines_that_fit():

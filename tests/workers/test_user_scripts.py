@@ -193,7 +193,7 @@ def test_failing_scripts_end_failed_with_a_reason_and_the_neighbour_succeeds(tmp
             assert text in out["reason"], (job.job_id, out["reason"])
         assert out["reason"].startswith(FAULTY[job.job_id][1][0]), (job.job_id, out["reason"])  # the headline first
         if job.job_id == 11:  # a traceback shows the script's frames, not Zico's
-            assert "scriptproc" not in out["reason"] and "runpy" not in out["reason"], out["reason"]
+            assert "workers/job/entry" not in out["reason"] and "workers.job.entry" not in out["reason"] and "runpy" not in out["reason"], out["reason"]
         assert first_step < out["returned_at"], f"job {job.job_id} ended before the neighbour trained: no co-run"
         assert not stats["jobs"][job.job_id]["connected"] and stats["jobs"][job.job_id]["held_bytes"] == 0
     assert stats["pool"]["peak_held_bytes"] <= budget + 64 * MiB  # deadlock grants aside, the budget held
@@ -306,7 +306,7 @@ def test_a_script_ends_as_under_python_its_exit_code_threads_atexit_and_open_fil
 
 
 def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_path):
-    # zico.iteration() (Note [Explicit iterations] in workers/stepclock.py): a script with hand-written SGD updates
+    # zico.iteration() (Note [Explicit iterations] in workers/job/stepclock.py): a script with hand-written SGD updates
     # beside a plain Adam script, on one coordinator whose budget never fits one's iteration beside the other's
     # (triangular stand-in curves, 10 MiB persistent + 100 MiB peak against 105 MiB: they must take turns).
     from placement.coordinator import Coordinator

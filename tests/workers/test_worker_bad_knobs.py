@@ -2,7 +2,7 @@
 of taking tasks without an allocator (Note [Malformed knobs fail the first install])."""
 import uuid
 
-from workers.testing import start_worker, stop_process
+from servers import start_worker, stop_process
 
 
 def test_a_malformed_allocator_knob_stops_the_worker_at_start_naming_it(tmp_path):

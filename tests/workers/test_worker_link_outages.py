@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from workers.link import Link
-from workers.testing import RedisServer
+from servers import RedisServer
 from zico_contracts import keys
 
 

@@ -9,8 +9,9 @@
 * :mod:`.agent` — :class:`DeviceAgent`: the coordinator gate for every job, watchdogs, the outcome of each run.
 * :mod:`.lock` — one agent per device (an ``flock`` that dies with its holder).
 
-The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is :mod:`workers.jobproc`
-(catalog jobs) or :mod:`workers.scriptproc` (a user's own script, spec :mod:`zico_contracts.userjob`).
+The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is
+:mod:`workers.job.control`, used by the job process :mod:`workers.job.entry` (a user's own script, spec
+:mod:`zico_contracts.userjob`, or the catalog project) and by :mod:`workers.jobproc` (colocate, the experiment).
 """
 from .agent import SUPERSEDED, DeviceAgent, JobRun
 from .lock import DeviceLocked, lock_device

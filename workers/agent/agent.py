@@ -22,9 +22,9 @@ A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_con
 ``settings.script_module`` inside its sandbox (:mod:`.sandbox`), never unsandboxed; where no sandbox can run
 (:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
 with that message and starts nothing. A catalog job is a script too, the built-in project
-``workers/catalog_project`` (``workers.runner.catalog_script_spec``); ``workers.jobproc`` (Zico's own code,
-parameters checked against the workload's schema) runs catalog jobs unsandboxed only where no sandbox can run, and
-for ``workers.colocate`` and the real-run experiment.
+``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``), which where no sandbox can run goes
+the same way unwrapped (Note [No sandbox for Zico's own code] in :mod:`.sandbox`); ``workers.jobproc`` runs
+catalog jobs for ``tools.colocate`` and the real-run experiment.
 
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
@@ -470,7 +470,7 @@ class DeviceAgent:
         #   once kept the blocks its last iteration freed (tiny-lm started holding 92 MiB where its plan said
         #   19 MiB), a larger neighbour waiting beside it could not take them back (the agent reclaims for a
         #   waiter only from a job holding at least as much), both waited, and the deadlock rule granted past the
-        #   budget (5 and 8 grants in two runs of workers.colocate, resnet18 + tiny-lm). A job alone on its
+        #   budget (5 and 8 grants in two runs of tools.colocate, resnet18 + tiny-lm). A job alone on its
         #   coordinator is never held and yields nothing; a neighbour outside the coordinator (an ungated, greedy
         #   job) cannot drain a job that has no gated neighbours.
         #   While it waits at the gate it is marked held there (Note [Held at the gate] in agent_server.cpp): once

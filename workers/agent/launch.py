@@ -4,7 +4,7 @@
 ``AF_UNIX`` stream socketpair, :mod:`zico_contracts.agent`) and, with the agent pool, the allocator socket's
 end passed through ``pass_fds`` (their numbers in ``ZICO_CONTROL_FD`` / ``ZICO_AGENT_FD``). Nothing is forked
 from a thread-holding interpreter without an exec: ``subprocess`` execs at once, so the child starts clean
-(Note [Allocator before CUDA, and never in a forked child] in ``workers.jobproc``).
+(Note [Allocator before CUDA, and never in a forked child] in ``workers.job.control``).
 
 A reader thread decodes the job's messages and hands each to the agent's callback; two threads drain stdout
 (to the log) and stderr (to the log and a tail of the last lines, for the failure reason), each line cut to a
@@ -162,7 +162,7 @@ class JobProcess:
                  share_env: dict[str, str] | None = None):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
-        self.sandboxed = sandbox is not None
+        self.sandboxed = sandbox is not None and sandbox.wrapped  # False: Note [No sandbox for Zico's own code]
         self._send_lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours

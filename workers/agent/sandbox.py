@@ -12,7 +12,7 @@ path                          access      what
 ============================  ==========  ==============================================================
 /usr, /bin, /lib*, /sbin      read-only   the system (libraries, ``python``'s base installation)
 the Python environment        read-only   ``sys.prefix`` and ``sys.base_prefix`` of the agent, same paths
-the repo's job-side code      read-only   ``zico_contracts``, ``workers``, ``zico_job``, ``allocator``,
+the repo's job-side code      read-only   ``zico_contracts``, ``workers/job``, ``zico_job``, ``allocator``,
                                           ``zico_workloads`` (the catalog's models and data, which the
                                           built-in catalog project trains; same paths; never
                                           ``platform/``: the web side and its settings)
@@ -77,7 +77,8 @@ from zico_contracts import userjob
 from .settings import AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
-JOB_SIDE_DIRS = ("zico_contracts", "workers", "zico_job", "allocator", "zico_workloads")  # never platform/
+CATALOG_PROJECT = REPO / "workers" / "job" / "catalog_project"  # Zico's own project: a catalog job's code
+JOB_SIDE_DIRS = ("zico_contracts", "workers/job", "zico_job", "allocator", "zico_workloads")  # no platform/
 IMPORT_PATH = (str(REPO), str(REPO / "zico_job" / "shim"), str(REPO / "allocator" / "python"))
 SPEC_PATH = "/zico/spec.json"
 SYSTEM_DIRS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")
@@ -196,15 +197,30 @@ class Sandbox:
     settings: AgentSettings
     host_device: str = "cpu"  # the spec's device on the host ("cuda:N"); inside, a GPU job's is "cuda:0"
     gpu_nodes: tuple[str, ...] = ()  # the device nodes of a GPU job (Note [A GPU in the sandbox])
+    wrapped: bool = True  # False: Note [No sandbox for Zico's own code]
 
     @classmethod
     def for_job(cls, job_id: int, spec: dict[str, Any], settings: AgentSettings) -> "Sandbox":
         """Check ``spec`` (raises SpecError naming the field), refuse when no sandbox can run here (raises
-        SandboxUnavailable), and prepare the writable directories: created, owned by the job's uid, 0700."""
+        SandboxUnavailable) unless the code is Zico's own catalog project (Note [No sandbox for Zico's own
+        code]), and prepare the writable directories: created, owned by the job's uid, 0700.
+
+        Note [No sandbox for Zico's own code]
+            On a host where bubblewrap cannot run, a user's script is refused, but a catalog job (its code
+            :data:`CATALOG_PROJECT`, which only the worker names) still runs: the same job process with the
+            same spec, environment and directories, its argv without the bwrap, prlimit and setpriv wrappers
+            and its paths the host's. One job path either way; what changes is only the wall around it.
+        """
         spec = userjob.validate_spec(dict(spec))
         why = refusal(settings.bwrap)
-        if why:
+        if why and os.path.realpath(spec["code_dir"]) != str(CATALOG_PROJECT):
             raise SandboxUnavailable(why)
+        if why:
+            for field in ("output_dir", "scratch_dir"):
+                _private_dir(spec[field], None, field)
+            _fresh_subdir(spec["scratch_dir"], ".tmp", None)
+            host = {f: spec[f] for f in userjob.SANDBOX_DIRS if spec.get(f) is not None}
+            return cls(job_id, {**spec, "job": job_id}, host, None, settings, spec["device"], wrapped=False)
         for field in ("code_dir", "data_dir", "env_dir"):
             if spec.get(field) is not None and not os.path.isdir(spec[field]):
                 raise userjob.SpecError(field, f"{spec[field]} is not a directory")
@@ -232,16 +248,23 @@ class Sandbox:
                                                             if "env_dir" in self.host else ())),
                "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONUNBUFFERED": "1", userjob.JOB_ID_ENV: str(self.job_id)}
-        env.update({userjob.DIR_ENV[f]: userjob.SANDBOX_DIRS[f] for f in self.host})
+        env.update({userjob.DIR_ENV[f]: self.spec[f] for f in self.host})  # the paths the job sees
+        if not self.wrapped:  # Note [No sandbox for Zico's own code]: no mounts, so the host's paths
+            env.update(HOME=self.host["scratch_dir"], TMPDIR=os.path.join(self.host["scratch_dir"], ".tmp"))
         if os.environ.get("ZICO_ALLOCATOR_BUILD_DIR"):
             env["ZICO_ALLOCATOR_BUILD_DIR"] = os.environ["ZICO_ALLOCATOR_BUILD_DIR"]
         return {**env, **job_env}
 
     def command(self, job_module: str, job_env: dict[str, str]) -> tuple[list[str], dict[str, str], list[int]]:
         """``(argv, env, fds)`` for ``subprocess.Popen``: the bwrap command running ``python -m job_module``,
-        bwrap's own (empty) environment, and fds to pass and then close (the spec and /etc files)."""
+        bwrap's own (empty) environment, and fds to pass and then close (the spec and /etc files). Not
+        :attr:`wrapped`: ``python -m job_module`` itself, with the job's environment (Note [No sandbox for
+        Zico's own code])."""
         s = self.settings
         spec_fd = _memfd("zico-spec", json.dumps(self.spec).encode())
+        if not self.wrapped:
+            argv = [sys.executable, "-m", job_module, "--spec-file", f"/proc/self/fd/{spec_fd}"]
+            return argv, self.environment(job_env), [spec_fd]
         uid = self.uid if self.uid is not None else os.getuid()
         passwd_fd = _memfd("zico-passwd", f"root:x:0:0::/:/usr/sbin/nologin\njob{self.job_id}:x:{uid}:{uid}::"
                                           f"{userjob.SANDBOX_DIRS['scratch_dir']}:/usr/sbin/nologin\n".encode())

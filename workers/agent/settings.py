@@ -61,7 +61,7 @@ class AgentSettings:
         reason_stderr_lines: the last stderr lines a failed job's reason ends with (20; a crash's from
             faulthandler's ``Fatal Python error`` on, up to ``stderr_lines``).
         job_module: the module run with ``python -m`` for each catalog job (``workers.jobproc``).
-        script_module: the module run for each user-script job, inside the sandbox (``workers.scriptproc``).
+        script_module: the module run for each user-script job, inside the sandbox (``workers.job.entry``).
         output_line_bytes: a job's stdout/stderr line is cut to this many bytes before it reaches the log, the
             stderr tail and ``JobRun.on_output`` (``ZICO_JOB_OUTPUT_LINE_BYTES``, default 4096; the rest of the
             line is dropped and the line ends with ``... [N bytes cut]``).
@@ -97,7 +97,7 @@ class AgentSettings:
     stderr_lines: int = 50
     reason_stderr_lines: int = 20
     job_module: str = "workers.jobproc"
-    script_module: str = "workers.scriptproc"
+    script_module: str = "workers.job.entry"
     output_line_bytes: int = 4096
     bwrap: str = "/usr/bin/bwrap"
     uid_base: int = 2_000_000_000

@@ -61,7 +61,7 @@ class TimelinePoint(models.Model):
 
 class MetricPoint(models.Model):
     """One value of one of a job's own figures: a number the job reported with ``zico.log(name=value)`` (a
-    catalog workload's loss and accuracy), at most one a second per name (workers.scriptproc.MetricSink),
+    catalog workload's loss and accuracy), at most one a second per name (workers.job.entry.MetricSink),
     stored by the control consumer from ``job_progress`` and charted on the job page, live and after.
 
     Kept with the job (deleted with it), at most ``MAX_POINTS_PER_METRIC`` per name: see Note [Thinning a

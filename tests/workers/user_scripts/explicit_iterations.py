@@ -1,4 +1,4 @@
-"""A script that marks its iterations with ``zico.iteration()`` (Note [Explicit iterations] in workers.stepclock).
+"""A script that marks its iterations with ``zico.iteration()`` (Note [Explicit iterations] in workers.job.stepclock).
 
 python explicit_iterations.py --mode manual --blocks N [--until-file PATH]
     no torch optimizer: an MLP trained with hand-written SGD updates, one block per batch; with --until-file, also

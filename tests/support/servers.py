@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """Iterations of an unmodified PyTorch script, found from torch's own hooks, with the gate at each start.
 
-:class:`StepClock` is installed by the user-script job process (``workers.scriptproc``) before the script runs.
+:class:`StepClock` is installed by the user-script job process (``workers.job.entry``) before the script runs.
 
 Note [Iterations of an unmodified script]
     As for catalog jobs (Note [Iterations from optimizer steps] in ``workers.jobproc``), one optimizer step is
@@ -65,7 +65,7 @@ class JobStopped(BaseException):
 
 
 class StepClock:
-    """The script's iterations. ``control`` is the job's :class:`workers.jobproc.Control`; ``za`` the
+    """The script's iterations. ``control`` is the job's :class:`workers.job.control.Control`; ``za`` the
     allocator binding (for its progress marks); ``total`` the iterations the run takes if known."""
 
     def __init__(self, control, job_id: int, za, total: int | None = None):
@@ -233,7 +233,7 @@ class StepClock:
         self.phase_name = "done"
         self.control.send("iteration_end", iteration=self.iteration, marks=self._marks)
         self._allocator_mark("iteration_end", self.iteration)  # the pool hands back what the agent wants
-        if self.after_end is not None:  # a profile run counts its iterations here (workers.scriptproc)
+        if self.after_end is not None:  # a profile run counts its iterations here (workers.job.entry)
             self.after_end(self.steps)
 
     def _allocator_mark(self, kind: str, i: int) -> None:

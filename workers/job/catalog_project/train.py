@@ -4,7 +4,7 @@
                     [--created-at 2026-01-01T00:00:00+00:00]
 
 A device worker runs a catalog job (a ``workload`` with ``params``) as this script, through the same path as a
-user's own code: ``workers.scriptproc`` in the job's sandbox (``workers.runner.catalog_script_spec``), so the
+user's own code: ``workers.job.entry`` in the job's sandbox (``workers.runner.catalog_script_spec``), so the
 iterations are counted from the optimizer's steps and gated there, and the memory is the job process's pool.
 The script itself knows nothing of the agent; it uses the optional ``zico`` API (:mod:`zico_job`) to say how
 many iterations the run takes and to report its figures (loss, loss average, training accuracy, the iteration
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     import torch
 
-    from workers import checkpoints
+    from workers.job import checkpoints
     from zico_workloads.catalog import validate_params
     from zico_workloads.models import preload_data
     from zico_workloads.training import create_training_job

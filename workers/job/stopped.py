@@ -1,5 +1,5 @@
 """The one exception that says a run was asked to stop (cancelled or aborted), for both sides of a job: the
-agent's gate raises it, the job processes (``workers.jobproc``, ``workers.stepclock``) end on it. Standard
+agent's gate raises it, the job process (``workers.job.stepclock``) ends on it. Standard
 library only, so a sandboxed job process can import it (the sandbox mounts no ``platform/``)."""
 
 

@@ -1,6 +1,6 @@
 """What running a job as its own process costs: one training step in three arms, measured side by side.
 
-    python -m workers.bench.job_overhead [--device cpu|cuda:N] [--job resnet18:batch_size=8,image_size=64 ...]
+    python -m tools.bench.job_overhead [--device cpu|cuda:N] [--job resnet18:batch_size=8,image_size=64 ...]
         [--rounds 8] [--steps 10] [--warmup-rounds 1] [--threads 1] [--out prefix]
 
 Arms, each a process of its own that stays up for the whole run:
@@ -12,7 +12,7 @@ Arms, each a process of its own that stays up for the whole run:
   iteration a gate round trip through the agent and the coordinator, its stats thread at 5 Hz.
 * **B** a plain process: the same catalog training loop with torch's own allocator, no agent, no gate.
 * **C** today's in-process model: the loop in a thread of a process that installed the shared allocator, bound
-  to the job, gated and reported in-process (:mod:`workers.bench.overhead_arms`).
+  to the job, gated and reported in-process (:mod:`tools.bench.overhead_arms`).
 
 Rounds interleave the arms (A B C, then C B A, ...), each arm running ``--steps`` iterations per round while the
 others wait, so machine load falls on all of them alike. A step is the time between the ends of two consecutive
@@ -131,12 +131,12 @@ class TurnAgent(DeviceAgent):
 
 
 class ArmProcess:
-    """Arm B or C (``python -m workers.bench.overhead_arms``): ``run(n)`` returns the n iteration ends' readings."""
+    """Arm B or C (``python -m tools.bench.overhead_arms``): ``run(n)`` returns the n iteration ends' readings."""
 
     def __init__(self, arm: str, spec: dict[str, Any], env: dict[str, str]):
         self.arm = arm
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers.bench.overhead_arms", "--spec", json.dumps(spec)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tools.bench.overhead_arms", "--spec", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
                                      text=True, cwd=ROOT)
         self._lines: queue.Queue = queue.Queue()
@@ -205,7 +205,7 @@ def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: i
             budget: int, capacity: int | None, env: dict[str, str],
             facts: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Run the three arms of one workload; returns, per arm, each round's record (warm-up rounds included) as
-    :func:`workers.bench.overhead_report.summarize` takes it. ``facts`` (if given) gets ``pool``: where arm A's
+    :func:`tools.bench.overhead_report.summarize` takes it. ``facts`` (if given) gets ``pool``: where arm A's
     memory came from, ``"agent pool"`` or ``"per-process pool"`` (:attr:`workers.agent.pool.Pool.shared`)."""
     from placement.coordinator import Coordinator
 
@@ -266,7 +266,7 @@ def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: i
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.job_overhead", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.job_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--job", action="append", default=None,
                     help="workload[:name=value,...], repeat for each workload (default: resnet18 and tiny-lm on CPU, "
@@ -320,7 +320,7 @@ def _torch_version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0 when every arm of every workload ran (whatever the ratios), 1 when an arm failed, 2 for a
     budget that cannot be read or set."""
-    from workers.colocate import parse_job
+    from tools.colocate import parse_job
 
     a = parse_args(argv)
     jobs = [parse_job(text) for text in (a.job or (CUDA_JOBS if a.device.startswith("cuda") else CPU_JOBS))]

@@ -1,6 +1,6 @@
 """The two baseline arms of the job-overhead benchmark, each run as its own process by :mod:`.job_overhead`.
 
-    python -m workers.bench.overhead_arms --spec '{"arm": "plain", "workload": "tiny-lm", "params": {...}, ...}'
+    python -m tools.bench.overhead_arms --spec '{"arm": "plain", "workload": "tiny-lm", "params": {...}, ...}'
 
 * ``plain`` (arm B): the catalog job's training loop in the main thread of a process that never imports the
   allocator: torch's own CPU (or CUDA caching) allocator, no agent, no gate, no marks.
@@ -153,7 +153,7 @@ def run_inprocess(spec: dict[str, Any], commands) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.overhead_arms", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.overhead_arms", description=__doc__.splitlines()[0])
     ap.add_argument("--spec", required=True, help="JSON: arm (plain|inprocess), workload, params, device, job, "
                                                   "budget_bytes, capacity_bytes, curve, data_dir")
     spec = json.loads(ap.parse_args(argv).spec)

@@ -15,7 +15,7 @@ is missing (:func:`verdict`): every job succeeded, the pool's peak within the bu
 of the solo reserved peaks, bytes moved between the processes. Bad input (job specs, flags) is refused before
 anything runs: one line on stderr, exit status 2.
 
-    python -m workers.colocate --device cuda:0 --job resnet50:batch_size=64 \
+    python -m tools.colocate --device cuda:0 --job resnet50:batch_size=64 \
         --job gpt2-small:batch_size=8,seq_len=1024 --iterations 30 --out var/gpu-check/colocate
 """
 from __future__ import annotations
@@ -216,8 +216,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     # (python -m workers.jobproc), gated by one coordinator planning each job's planning curve below the budget. The
     # agent holds every job's first iteration until all are ready (as the real-run experiment's does): a job
     # that imports and builds faster would otherwise run much of its course alone, and nothing is shared.
-    from .agent import JobRun
-    from .bench.experiment_modes import ExperimentAgent, Timeline
+    from workers.agent import JobRun
+    from tools.bench.experiment_modes import ExperimentAgent, Timeline
 
     reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
@@ -431,9 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 ok; 1 the run failed, or it did not show sharing (:func:`verdict`: a job failed, the pool
     overran the budget, the budget was not below the sum of the solo reserved peaks, or no bytes moved between
     the job processes; each said on stderr); 2 bad input."""
-    from .nvml import parse_bytes
+    from workers.nvml import parse_bytes
 
-    ap = argparse.ArgumentParser(prog="python -m workers.colocate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.colocate", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--job", action="append", required=True,
                     help="workload[:name=value,...], repeat for each job (iterations: use --iterations)")

@@ -1,13 +1,13 @@
 """The user-script job process: a user's own, unmodified PyTorch training script run as one Zico job.
 
-    python -m workers.scriptproc --spec-file /zico/spec.json     (inside its sandbox, workers.agent.sandbox)
+    python -m workers.job.entry --spec-file /zico/spec.json     (inside its sandbox, workers.agent.sandbox)
 
 The spec is :mod:`zico_contracts.userjob`'s, with in-sandbox paths. In order:
 
 1. die with the sandbox, open the control socket, install the allocator client before torch allocates
    anything (the agent's pool, CPU shim scope "all": every thread's CPU tensors, the script's own threads
    too, come from the pool; the script's main thread is bound to the job), send ``hello``;
-2. hook torch (:class:`workers.stepclock.StepClock`, Note [Iterations of an unmodified script]), attach the
+2. hook torch (:class:`workers.job.stepclock.StepClock`, Note [Iterations of an unmodified script]), attach the
    ``zico`` API's sink (:mod:`zico_job`), start the stats thread (``stats`` at 5 Hz, ``metric`` at most once
    a second when something changed), send ``ready``;
 3. run the command in this process (Note [The script runs in this process]);
@@ -62,9 +62,9 @@ import traceback
 from typing import Any
 
 from zico_contracts.oom import describe_oom
-from zico_contracts import cpushare, userjob
+from zico_contracts import agent as proto, cpushare, userjob
 
-from . import jobproc
+from . import control as link
 from .stepclock import JobStopped, StepClock
 
 STATS_INTERVAL_S = 0.2
@@ -77,7 +77,7 @@ class MetricSink:
     once a second (the stats thread sends what waits), each with ``iterations_done``; and where
     ``zico.iteration()`` blocks go: the job's :class:`StepClock`."""
 
-    def __init__(self, control: jobproc.Control, clock: StepClock):
+    def __init__(self, control: link.Control, clock: StepClock):
         self.control, self.clock = control, clock
         self.latest: dict[str, Any] = {}
         self._pending: dict[str, Any] = {}
@@ -108,7 +108,7 @@ class MetricSink:
             self.clock.total = total
             self.control.send("metric", values={"iterations_done": self.clock.steps}, iterations_total=total)
 
-    def begin_iteration(self) -> None:  # zico.iteration(): Note [Explicit iterations] in workers.stepclock
+    def begin_iteration(self) -> None:  # zico.iteration(): Note [Explicit iterations] in workers.job.stepclock
         self.clock.block_begin()
 
     def end_iteration(self) -> None:
@@ -271,39 +271,39 @@ def outcome(exc: BaseException | None, spec: dict[str, Any]) -> dict[str, Any]:
         return {"status": "failed", "reason": f"the script exited: {str(code)[:1000]}"}
     print_traceback(exc, spec["code_dir"])
     reason = f"{type(exc).__name__}: {exc}"[:1500] + where(exc, spec["code_dir"]) + limit_note(exc)
-    oom = jobproc._last_oom(spec)
+    oom = link.last_oom(spec)
     return {"status": "failed", "reason": reason + (f" ({describe_oom(oom)})" if oom else "")}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status (after ``done`` was sent) what ``python script.py`` would have had (:func:`exit_status`;
     the command's problem's: :func:`command_problem`), 2 for a bad spec."""
-    ap = argparse.ArgumentParser(prog="python -m workers.scriptproc", description="One Zico user-script job.")
+    ap = argparse.ArgumentParser(prog="python -m workers.job.entry", description="One Zico user-script job.")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec-file", help="the job's spec as a JSON file (written into the sandbox by the agent)")
     src.add_argument("--spec", help="the job's spec as JSON")
     a = ap.parse_args(argv)
-    jobproc._die_with_parent(orphan_check=False)  # the parent is the sandbox's PID 1
+    link.die_with_parent(orphan_check=False)  # the parent is the sandbox's PID 1
     faulthandler.enable()  # a crash leaves its stack in the stderr tail the agent reports
     try:
         spec = json.loads(open(a.spec_file).read() if a.spec_file else a.spec)
     except (OSError, ValueError) as exc:
-        print(f"scriptproc: unreadable spec: {exc}", file=sys.stderr)
+        print(f"workers.job.entry: unreadable spec: {exc}", file=sys.stderr)
         return 2
     job_id = spec["job"]
     os.environ.update(spec.get("env") or {})  # before torch loads: OMP_NUM_THREADS and the like count there
     unpinned = cpushare.pin_from_environment()  # the slot's cores (Note [Compute per slot]), before torch too
     if unpinned:
         print(f"zico: {unpinned}", file=sys.stderr)
-    control = jobproc.Control(int(os.environ[jobproc.proto.CONTROL_FD_ENV]))
+    control = link.Control(int(os.environ[proto.CONTROL_FD_ENV]))
     problem = command_problem(spec)
     if problem:
         print(f"zico: {problem[0]}", file=sys.stderr)
         return _send_done(control, {"status": "failed", "reason": problem[0], "metrics": {}}, problem[1])
-    za, adev = jobproc._install_allocator(spec, scope="all")
+    za, adev = link.install_allocator(spec, scope="all")
     if adev == "cpu":  # Note [Forked children of a job]
         os.register_at_fork(after_in_child=lambda: za.set_cpu_scope("off"))
-    control.send("hello", version=jobproc.proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
+    control.send("hello", version=proto.PROTOCOL_VERSION, job_id=job_id, pid=os.getpid())
     clock = StepClock(control, job_id, za, spec.get("iterations"))
     clock.install()
     sink = MetricSink(control, clock)
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                "gate_delay_s": round(clock.delay_s, 4), "gate_waits": clock.delays,
                "peak_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
                "peak_reserved_bytes": int(st.get("reserved_bytes.all.peak", 0))}
-    return _send_done(control, {**done, "metrics": jobproc._plain(metrics)}, code)
+    return _send_done(control, {**done, "metrics": link.plain(metrics)}, code)
 
 
 PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.runner (profiled_curve)
@@ -424,7 +424,7 @@ class _Profiler:
         return True
 
 
-def _send_done(control: jobproc.Control, done: dict[str, Any], exit_code: int | None = None) -> int:
+def _send_done(control: link.Control, done: dict[str, Any], exit_code: int | None = None) -> int:
     """Send ``done`` and end the process with ``exit_code`` (default: 0 unless ``done`` failed, then 1)."""
     control.send("done", **done)
     control.sock.shutdown(socket.SHUT_WR)

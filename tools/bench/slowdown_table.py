@@ -1,9 +1,9 @@
 """Predicted against measured slowdown of co-located catalog jobs with a CPU device's per-slot compute share.
 
-    python -m workers.bench.slowdown_table [--group digits-cnn+tiny-lm ...] [--runs 3] [--iterations 12]
+    python -m tools.bench.slowdown_table [--group digits-cnn+tiny-lm ...] [--runs 3] [--iterations 12]
         [--slots 2]
 
-For every group (pairs and triples of the experiment's CPU jobs, ``workers.bench.experiment.CPU_JOBS``) and
+For every group (pairs and triples of the experiment's CPU jobs, ``tools.bench.experiment.CPU_JOBS``) and
 every run: the jobs one after the other, then all at once, each a job process under a device agent with
 ``--slots`` slots (its slot's cores and threads: Note [Compute per slot] in zico_contracts.cpushare), at a
 budget no job can reach (2 GiB: no gating, so the slowdown is compute alone). Measured: a job's median
@@ -58,7 +58,7 @@ def measure(names: list[str], iterations: int, slots: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.slowdown_table", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.slowdown_table", description=__doc__.splitlines()[0])
     ap.add_argument("--group", action="append", default=None, help="A+B[+C] of the job names (repeat)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=12)

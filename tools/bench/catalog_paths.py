@@ -1,12 +1,12 @@
 """What running a catalog job by the user-script path costs: start-up and one step, sandbox vs ``workers.jobproc``.
 
-    python -m workers.bench.catalog_paths [--job digits-cnn:batch_size=32 ...] [--rounds 4] [--steps 12]
+    python -m tools.bench.catalog_paths [--job digits-cnn:batch_size=32 ...] [--rounds 4] [--steps 12]
         [--device cpu] [--threads 1]
 
 Two arms, each a whole job run under one :class:`workers.agent.DeviceAgent` in this process, ungated (no curve):
 
-* **A** ``workers.jobproc``: the catalog job in one unsandboxed process (``workers.runner.job_process_spec``);
-* **B** the script path: ``workers.scriptproc`` running the built-in catalog project in the job's bubblewrap
+* **A** ``workers.jobproc``: the catalog job in one unsandboxed process;
+* **B** the script path: ``workers.job.entry`` running the built-in catalog project in the job's bubblewrap
   sandbox (``workers.runner.catalog_script_spec``), as the worker's tasks run catalog jobs.
 
 Runs alternate A B A B ... (``--rounds`` of each, per workload), so machine load falls on both alike. Per run:
@@ -48,12 +48,15 @@ def parse_job(text: str) -> tuple[str, dict[str, Any]]:
 
 def job_spec(arm: str, key: str, params: dict[str, Any], job_id: int, work: Path, device: str) -> dict[str, Any]:
     """The agent's spec of the job by ``arm``'s path, as the worker's ``run_job`` builds it (no checkpoints)."""
-    from workers.runner import catalog_script_spec, job_process_spec
+    from workers.runner import catalog_script_spec
 
     rt = SimpleNamespace(torch_device=device, config=SimpleNamespace(
         data_dir=work / "data", checkpoint_dir=work / "ckpt", var_dir=work / "var", checkpoint_every_s=None))
     spec = SimpleNamespace(job=job_id, workload=key, params=params, job_created_at=None)
-    return job_process_spec(rt, spec) if arm == "A" else catalog_script_spec(rt, spec)[1]
+    if arm == "B":
+        return catalog_script_spec(rt, spec)[1]
+    return {"workload": key, "params": params, "device": device, "checkpoint_dir": str(work / "ckpt"),
+            "data_dir": str(work / "data"), "checkpoint_every_s": None, "job_created_at": None}
 
 
 def one_run(agent: DeviceAgent, arm: str, key: str, params: dict[str, Any], job_id: int, work: Path) -> dict:
@@ -127,7 +130,7 @@ def report(key: str, records: dict[str, list[dict]]) -> tuple[list[str], dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.catalog_paths", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.catalog_paths", description=__doc__.split("\n")[0])
     ap.add_argument("--job", action="append", help="workload:param=value,... (repeatable)")
     ap.add_argument("--rounds", type=int, default=4, help="runs of each arm per workload (4)")
     ap.add_argument("--steps", type=int, default=12, help="iterations per run (12)")

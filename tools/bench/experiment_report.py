@@ -30,7 +30,7 @@ limit, which would count each process's interpreter and torch too, not the bytes
 slicing: one iteration in flight at a time, alternating, the waiting job's cache free for the running one;
 (d) Zico: the coordinator gates every iteration start, planning held-byte curves (each job's allocated curve
 raised by its solo pool overhead and held at its peak from its backward mark: Note [One planning rule] in
-placement.gating, the rule the device worker and `python -m workers.colocate` use too), the agent pool enforces the budget (capacity halfway
+placement.gating, the rule the device worker and `python -m tools.colocate` use too), the agent pool enforces the budget (capacity halfway
 from the budget to the sum of held peaks: room for the deadlock rule, whose grants past the budget are the
 budget violations). Budgets run from the sum of the jobs' solo held peaks (chunks the pool granted each alone)
 down to the least budget Zico's gate can plan. Throughput: (a)'s makespan over the mode's (the same iterations;

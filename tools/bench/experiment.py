@@ -1,7 +1,7 @@
 """Zico's experiment on real training jobs: pairs of job processes under budgets below the sum of their peaks,
 run (a) sequentially, (b) uncoordinated, (c) with iteration time slicing and (d) with Zico, side by side.
 
-    python -m workers.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
+    python -m tools.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
         [--budgets 3 | --budget-at F ...] [--threads 1] [--gate-headroom 0.10] [--out prefix] [--doc docs/experiment.md]
 
 Steps (every job its own process under a device agent; :mod:`.experiment_modes` says what each mode is):
@@ -19,7 +19,7 @@ Steps (every job its own process under a device agent; :mod:`.experiment_modes` 
    floor; the GPU check's one budget halfway down). Every mode runs at every budget, (a) first (its baseline
    measured close in time to the others: the machine's other load moves every figure).
 
-Zico's gate here plans as the device worker and ``workers.colocate`` do (Note [One planning rule] in
+Zico's gate here plans as the device worker and ``tools.colocate`` do (Note [One planning rule] in
 placement.gating): each job's curve stored with its solo held peak, planned by ``placement.gating.planning_curve``
 (raised by its pool overhead, held at its peak from its backward mark to its peak) against
 ``(1 - gate headroom) x budget`` (``--gate-headroom``, default ``placement.gating.DEFAULT_GATE_HEADROOM``).
@@ -180,7 +180,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
     from placement.compute_share import predicted_slowdown, relative_error, with_measured_share
     from placement.curves import curve_from_dict
 
-    from workers.colocate import parse_job
+    from tools.colocate import parse_job
 
     t_start = time.monotonic()
     texts = jobs or (CUDA_JOBS if device.startswith("cuda") else CPU_JOBS)
@@ -227,7 +227,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
             worker_ab = [worker.share(a), worker.share(b)]  # from the runs before this row: out of sample
             row = {"pair": f"{a} + {b}", "budget_bytes": budget, "sum_held_peaks_bytes": total, "floor_bytes": floor,
                    "modes": {}}
-            capacity = max(budget, (budget + total) // 2)  # room for the deadlock rule, as workers.colocate
+            capacity = max(budget, (budget + total) // 2)  # room for the deadlock rule, as tools.colocate
             for mode in MODES:  # (a) again at every budget: its baseline is measured beside the others, in time
                 row["modes"][mode] = run_mode(mode, pair, budget, device, iterations, curves=held, capacity=capacity,
                                               gate_headroom=gate_headroom, settings=settings)
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 ok, 1 a run could not be made, 2 bad input."""
     from .experiment_report import markdown, replace_section, section
 
-    ap = argparse.ArgumentParser(prog="python -m workers.bench.experiment", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.experiment", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--pair", action="append", default=None, help="A+B of the job names (repeat); default: the device's")
     ap.add_argument("--iterations", type=int, default=12, help="iterations of every job in every run (>= 4)")
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         words = list(argv if argv is not None else sys.argv[1:])
         if "--out" in words[:-1]:  # where this run's files went is no part of how to reproduce it
             words[words.index("--out") + 1] = "PREFIX"
-        command = "python -m workers.bench.experiment " + " ".join(words)
+        command = "python -m tools.bench.experiment " + " ".join(words)
         Path(a.doc).write_text(replace_section(page, section(report, command.strip())))
     if a.out is not None:
         out = Path(a.out)
