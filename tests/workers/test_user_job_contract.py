@@ -230,12 +230,12 @@ def test_without_bubblewrap_a_catalog_job_runs_the_same_job_process_unwrapped(tm
 
     from workers.runner import catalog_script_spec
 
-    rt = SimpleNamespace(torch_device="cpu", config=SimpleNamespace(
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
+    rt = SimpleNamespace(torch_device="cpu", agent=agent, config=SimpleNamespace(
         data_dir=tmp_path / "data", checkpoint_dir=tmp_path / "ckpt", var_dir=tmp_path / "var",
         checkpoint_every_s=None))
     job = SimpleNamespace(job=53, workload="digits-cnn", params={"batch_size": 8, "iterations": 3}, job_created_at=None)
     _, proc_spec = catalog_script_spec(rt, job)
-    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(bwrap=str(tmp_path / "no-bwrap")))
     seen = []
     try:
         run = JobRun(53, proc_spec, on_message=seen.append)
