@@ -129,8 +129,10 @@ class Check:
         if out.returncode != 0:
             raise CheckFailed(f"zico login: {out.stdout}{out.stderr}")
 
-    def submit_catalog(self, name: str) -> int:
-        return self.api("POST", "/api/jobs/", json={"name": name, "tenant": "check", **CATALOG})["id"]
+    def submit_catalog(self, name: str, iterations: int = 400) -> int:
+        spec = {"name": name, "tenant": "check", **CATALOG}
+        spec["params"] = {**spec["params"], "iterations": iterations}
+        return self.api("POST", "/api/jobs/", json=spec)["id"]
 
     def submit_script(self) -> int:
         project = self.work / "probe"
@@ -208,7 +210,7 @@ class Check:
         self.compose("up", "-d", "--no-deps", "--no-build", "cpu-worker", project=PROJECT2, extra=extra, host=HOST2)
         self.wait(f"the CPU worker of {HOST2} to register", lambda: self.devices().get(HOST2) == "online", 180)
         self.wait(f"the CPU worker of {HOST1} to be online", lambda: self.devices().get(HOST1) == "online", 180)
-        ids = [self.submit_catalog(f"two hosts {n}") for n in range(4)]
+        ids = [self.submit_catalog(f"two hosts {n}", iterations=200) for n in range(4)]
         on2 = self.wait(f"a job running on {HOST2}", lambda: [i for i, j in self.jobs(ids).items()
                                                               if j["status"] == "running" and j["hosts"][-1:] == [HOST2]],
                         600, every=2)[0]
