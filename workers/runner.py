@@ -408,9 +408,10 @@ def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, 
     from zico_workloads.curves.trace import trace_curve
 
     from .job.entry import PROFILE_TRACE
+    from .jobfiles import read_job_file
 
     try:
-        rows = json.loads((dirs.scratch_dir / PROFILE_TRACE).read_text())
+        rows = json.loads(read_job_file(dirs.scratch_dir, PROFILE_TRACE))
         records = [SimpleNamespace(kind=k, timestamp_s=t, job_allocated_bytes=a, delta_bytes=d, iteration=i,
                                    job=job_id) for k, t, a, d, i in rows]
         curve = trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
