@@ -9,12 +9,14 @@ The contract is :mod:`zico_contracts.codejob` (the run spec's code fields, the j
   (:func:`zico_contracts.codearchive.extract_archive`), and makes the run's private ``output`` and
   ``scratch`` directories (``<var>/jobs/<id>/``). Raises :class:`CodeFetchError` naming what failed.
 * :class:`LogRelay` buffers the job's output lines and writes them to the job's log stream every
-  ``FLUSH_S`` seconds (one pipeline per flush; a Redis outage drops lines and says so in a ``system`` line).
+  ``FLUSH_S`` seconds (one pipeline per flush; a Redis outage drops lines and says so in a ``system`` line);
+  it holds at most ``PENDING_MAX_LINES`` lines (Note [A job's output is bounded]).
 * :func:`upload_outputs` sends every file under ``output`` to ``files_url`` before the outcome is reported
   (the web side takes files only until shortly after a job ended), within ``output_limits``.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
@@ -31,6 +33,15 @@ from zico_contracts.codejob import CodeSpec, auth_header
 log = logging.getLogger(__name__)
 
 FLUSH_S = 0.25
+# Note [A job's output is bounded]
+#   A job controls how much it prints: 20 MiB of bare carriage returns is 20 million (empty) lines. The agent's
+#   LineCutter already caps each line (zico_contracts.joblog.LINE_MAX_BYTES); here the lines waiting for the next
+#   flush are capped too: past PENDING_MAX_LINES the oldest waiting ones are dropped and counted (the newest,
+#   a traceback or a final summary, are what a user reads), and the flush writes a system line saying how many
+#   and why before them, so the worker holds at most PENDING_MAX_LINES x LINE_MAX_BYTES
+#   (8 MiB) per job and each Redis pipeline at most PENDING_MAX_LINES + 1 entries, whatever the job prints
+#   (8,000 lines a second get through; the stream keeps the last joblog.STREAM_MAXLEN of them).
+PENDING_MAX_LINES = 2_000
 HTTP_TIMEOUT_S = 60.0
 CHUNK_BYTES = 1 << 20
 SKIPPED_SHOWN = 20  # output files not kept, named in the job's metrics and log (the rest are counted)
@@ -116,10 +127,12 @@ class LogRelay:
 
     def __init__(self, redis_client, job_id: int):
         self.redis, self.job_id = redis_client, job_id
-        self._lines: list[dict[str, str]] = []
+        self._lines: collections.deque[dict[str, str]] = collections.deque(maxlen=PENDING_MAX_LINES)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.dropped = 0
+        self.overflowed = 0  # lines dropped since the last flush: more than PENDING_MAX_LINES waiting
+        self.overflowed_total = 0
         self.tail: list[str] = []  # the last stderr lines, for a failure reason
         self._thread = threading.Thread(target=self._run, name=f"job-{job_id}-log", daemon=True)
         self._thread.start()
@@ -127,11 +140,19 @@ class LogRelay:
     def line(self, stream: str, text: str) -> None:
         """One output line (``stream`` stdout, stderr or system); called from the agent's reader threads."""
         with self._lock:
+            if len(self._lines) == PENDING_MAX_LINES:
+                self.overflowed += 1  # the deque drops its oldest line
             self._lines.append(joblog.entry(text, stream))
 
     def _flush(self) -> None:
         with self._lock:
-            lines, self._lines = self._lines, []
+            lines = list(self._lines)
+            self._lines.clear()
+            if self.overflowed:
+                lines.insert(0, joblog.entry(f"{self.overflowed} output lines dropped: the job printed more than "
+                                             f"{PENDING_MAX_LINES} lines in {FLUSH_S} s", "system"))
+                self.overflowed_total += self.overflowed
+                self.overflowed = 0
         if not lines:
             return
         try:

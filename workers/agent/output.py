@@ -1,15 +1,17 @@
 """A job's stdout/stderr bytes cut into lines for the agent's log, its stderr tail and ``JobRun.on_output``.
 
 A line ends at ``\\n`` or at ``\\r`` (a progress bar redrawing its line, as tqdm does, is one line per redraw;
-the ``\\n`` of a ``\\r\\n`` pair ends nothing more). A line longer than the cap keeps its first ``cap`` bytes and
-ends with ``... [N bytes cut]``; nothing is held beyond the cap, however long the line. Bytes that are not
-UTF-8 are replaced (U+FFFD).
+the ``\\n`` of a ``\\r\\n`` pair ends nothing more); a run of ``\\r`` is one (redrawing nothing is no line), so
+20 MiB of bare carriage returns are not 20 million lines (Note [A job's output is bounded] in workers.usercode).
+A line longer than the cap keeps its first ``cap`` bytes and ends with ``... [N bytes cut]``; nothing is held
+beyond the cap, however long the line. Bytes that are not UTF-8 are replaced (U+FFFD).
 """
 from __future__ import annotations
 
 import re
 
 _SPLIT = re.compile(rb"(\r|\n)")
+_CR_RUN = re.compile(rb"\r{2,}")
 
 
 class LineCutter:
@@ -25,7 +27,7 @@ class LineCutter:
 
     def feed(self, data: bytes) -> list[str]:
         lines = []
-        for piece in _SPLIT.split(data):
+        for piece in _SPLIT.split(_CR_RUN.sub(b"\r", data)):
             if piece == b"\n" and self._after_cr:  # \r\n: the \r ended the line already
                 self._after_cr = False
             elif piece in (b"\r", b"\n"):

@@ -1,0 +1,70 @@
+"""A job's output is bounded at the source (Note [A job's output is bounded] in workers.usercode): a real
+sandboxed script prints 20 MiB of bare carriage returns and then 20 MB of text as fast as it can; its lines go
+through the device agent and the worker's LogRelay into the real Redis log stream, as on a device worker. The
+job succeeds, the worker process's resident memory stays within a bound, and the log says lines were dropped."""
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+
+from workers.agent import AgentSettings, DeviceAgent, JobRun
+from workers.usercode import PENDING_MAX_LINES, LogRelay
+from zico_contracts import joblog
+
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+MiB = 1 << 20
+RSS_BOUND = 32 * MiB  # over a quiet job's run: LogRelay holds at most PENDING_MAX_LINES x LINE_MAX_BYTES (8 MiB)
+pytestmark = [pytest.mark.services,
+              pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is not installed")]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def run_sampled(agent, job_id, argv, tmp_path, on_output):
+    """``agent.run`` of the script, and the peak VmRSS (bytes) of this process (the worker's part) meanwhile."""
+    spec = {"kind": "script", "code_dir": str(SCRIPTS), "argv": argv, "device": "cpu",
+            "output_dir": str(tmp_path / f"out-{job_id}"), "scratch_dir": str(tmp_path / f"scratch-{job_id}")}
+    peak, done = [rss_bytes()], threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], rss_bytes())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        return agent.run(JobRun(job_id, spec, on_output=on_output)), peak[0]
+    finally:
+        done.set()
+        sampler.join()
+
+
+def test_a_job_flooding_its_output_cannot_grow_the_worker(tmp_path):
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    job_id = 900_001
+    r.delete(joblog.log_stream_key(job_id))
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120))
+    relay = LogRelay(r, job_id)
+    try:
+        quiet, baseline = run_sampled(agent, job_id - 1, ["python", "floods_output.py", "--quiet"], tmp_path,
+                                      lambda stream, line: None)  # what running any job costs the worker
+        out, peak = run_sampled(agent, job_id, ["python", "floods_output.py"], tmp_path, relay.line)
+        relay.close()
+    finally:
+        agent.close()
+    texts = [f[b"line"].decode() for _, f in r.xrange(joblog.log_stream_key(job_id))]
+    r.delete(joblog.log_stream_key(job_id))
+    growth = peak - baseline
+    print({"rss_baseline_mib": baseline / MiB, "rss_growth_mib": growth / MiB, "dropped": relay.overflowed_total,
+           "stored_lines": len(texts)})
+    assert quiet["status"] == "succeeded" and out["status"] == "succeeded", (quiet, out)
+    assert growth < RSS_BOUND, growth / MiB
+    assert relay.overflowed_total > 0
+    assert any(f"output lines dropped: the job printed more than {PENDING_MAX_LINES} lines" in t for t in texts)
+    assert any("flood done" in t for t in texts[-5:])
