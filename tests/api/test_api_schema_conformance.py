@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from placement.curves import triangular_curve
 from zico.cluster.models import Placement
 from zico.jobs.code import issue_job_token
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import joblog
 from zico.jobs.models import Job, MemoryProfile
 from zico.tenants.models import ApiToken

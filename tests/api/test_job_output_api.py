@@ -14,7 +14,7 @@ from zico.jobs.code import issue_job_token, store_archive
 from zico.jobs.models import Job, JobLog
 from zico.jobs.outputs import archive_log
 from zico.jobs.submission import submit_job
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from zico.jobs.models import Event, Job, MemoryProfile
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_workloads.curves.snapshot import snapshot_curve
 
 from .conftest import GIB

@@ -9,7 +9,7 @@ from zico.cluster.models import Device, Node, Placement
 from zico.jobs.code import store_archive
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog

@@ -8,7 +8,7 @@ from zico.jobs.models import Event, Job
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import IllegalTransition
 from zico.tenants.models import Tenant
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 GIB = 1 << 30
 pytestmark = pytest.mark.django_db(transaction=True)

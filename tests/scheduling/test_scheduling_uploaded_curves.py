@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from placement.curves import triangular_curve
 from zico.jobs.models import Event, Job, MemoryProfile
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico.scheduling.service import PROFILE_TASK, RUN_TASK, Scheduler
 from zico.tenants.models import Role, Tenant
 

@@ -21,7 +21,7 @@ from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
 from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from zico.jobs.models import Job
-from zico.tenants.testing import PASSWORD
+from tests.support.tenants import PASSWORD
 
 GIB = 1 << 30
 
