@@ -1,6 +1,6 @@
 """Training jobs, their memory profiles, and the audit Event log.
 
-Status changes go only through :func:`zico.jobs.transitions.transition` (also ``Job.transition``);
+Status changes go only through the verbs of :mod:`zico.jobs.lifecycle`;
 submissions go through :func:`zico.jobs.submission.submit_job`, which validates the spec.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from placement.curves import SOURCES, CurveError, MemoryCurve, curve_from_dict
 
-from .transitions import ALL_STATUSES, TERMINAL, IllegalTransition, JobStatus, transition  # noqa: F401 (re-exported)
+from .transitions import ALL_STATUSES, ON_DEVICE, TERMINAL, JobStatus
 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 
@@ -35,6 +35,15 @@ class JobQuerySet(models.QuerySet):
 
     def unfinished(self) -> "JobQuerySet":
         return self.exclude(status__in=TERMINAL)
+
+
+def on_device_q(prefix: str = "") -> models.Q:
+    """A Q for the jobs that hold (or are about to hold) memory on a device: placed or running, or profiling
+    in a placement of their own (a script job whose profile is the start of its run). ``prefix`` reaches the
+    job through a relation (``"jobs__"``). A subquery, not a join, so counts stay one row per job."""
+    in_placement = Job.placements.through.objects.filter(placement__ended_at__isnull=True).values("job_id")
+    return models.Q(**{f"{prefix}status__in": ON_DEVICE}) | models.Q(**{f"{prefix}status": JobStatus.PROFILING,
+                                                                        f"{prefix}pk__in": in_placement})
 
 
 class Job(models.Model):
@@ -117,10 +126,6 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in TERMINAL
-
-    def transition(self, to: str, *, reason: str = "", actor=None, **details: Any) -> "Job":
-        """Move to status ``to``; see :func:`zico.jobs.transitions.transition` (raises IllegalTransition)."""
-        return transition(self, to, reason=reason, actor=actor, **details)
 
     def can_be_cancelled_by(self, user) -> bool:
         """Cluster staff, an admin/owner of the job's tenant, or its owner while still role member or higher."""

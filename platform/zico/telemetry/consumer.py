@@ -235,7 +235,7 @@ class ControlConsumer:
         """Write every online device's budget bytes where its worker reads it."""
         pipe = self.redis.pipeline(transaction=False)
         for d in Device.objects.select_related("node").exclude(status="offline"):
-            pipe.set(keys.budget_key(keys.device_key(d.kind, d.node.host, d.index)), d.budget_bytes)
+            pipe.set(keys.budget_key(d.key), d.budget_bytes)
         pipe.execute()
 
     def push_cancellations(self) -> None:
