@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
 from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget
+from zico.jobs.code import code_spec
+from zico.jobs.events import Event
+from zico.jobs.models import Job, MemoryProfile
+from zico.jobs.transitions import ON_DEVICE
 from zico_contracts.queues import device_key, device_queue
+from zico_contracts.specs import RunSpec
 
 # Note [Budget floor]
 #     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
@@ -153,8 +159,6 @@ class Device(models.Model):
                 A budget of 0 is refused: a device that should take no new jobs is set to status draining.
             BudgetConflict: the budget is below the running group's need (see the Note); nothing is written.
         """
-        from zico.jobs.models import Event
-
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
             raise BudgetError("budget_bytes", f"expected an integer number of bytes, got {budget_bytes!r}")
         if budget_bytes <= 0:
@@ -197,8 +201,6 @@ class Device(models.Model):
             DeviceStatusError: ``status`` is not ``online`` or ``draining``.
             DeviceStatusConflict: the device is offline; nothing is written.
         """
-        from zico.jobs.models import Event
-
         if status not in self.SETTABLE_STATUSES:
             raise DeviceStatusError("status", f"{status!r} cannot be set: one of online, draining (offline follows "
                                               "the device's worker)")
@@ -216,9 +218,6 @@ class Device(models.Model):
     def running_group_need(self) -> tuple[int, list[int]]:
         """(least budget in bytes the jobs placed or running here can run under, their ids): see
         Note [Budget under running jobs]. (0, []) when no such job has a stored curve."""
-        from zico.jobs.models import Job, MemoryProfile
-        from zico.jobs.transitions import ON_DEVICE
-
         ids = sorted(set(Job.objects.filter(status__in=ON_DEVICE, placements__device=self,
                                             placements__ended_at__isnull=True).values_list("pk", flat=True)))
         curves, with_curve = [], []
@@ -301,11 +300,6 @@ class Placement(models.Model):
         ``time_limit_s`` (``settings.ZICO_PROFILE_TIME_LIMIT_S``; Note [A script's profile is the start of its
         run] in workers/runner.py). Raises zico_contracts.specs.SpecError naming the field when the spec would
         be refused by the worker."""
-        from django.conf import settings
-
-        from zico.jobs.code import code_spec
-        from zico_contracts.specs import RunSpec
-
         profile = None
         if curve is None and job.code_id is not None:
             profile = {"time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
