@@ -86,7 +86,18 @@ class Quotas:
         self._bytes[job.tenant] += job.peak_bytes
 
 
+def refusing_tenants(allows: Mapping[Hashable, bool]) -> list[Hashable]:
+    """The co-location rule, the one copy both the planner and the web side's placement check use: jobs of
+    several tenants may share one device only when every tenant involved allows cross-tenant co-location;
+    jobs of one tenant always may. ``allows`` maps each tenant with a job on the device (already there or
+    arriving) to its ``allow_cross_tenant`` setting. Returns the tenants that refuse, in the mapping's
+    order: empty when the jobs may meet."""
+    if len(allows) <= 1:
+        return []
+    return [t for t, allowed in allows.items() if not allowed]
+
+
 def may_share(job: Job, group: Sequence[Job], tenants: Mapping[Hashable, Tenant]) -> bool:
-    """Cross-tenant co-location only when both tenants allow it; same-tenant always may."""
-    mine = tenants[job.tenant].allow_cross_tenant
-    return all(o.tenant == job.tenant or (mine and tenants[o.tenant].allow_cross_tenant) for o in group)
+    """May ``job`` join ``group`` on one device (:func:`refusing_tenants` over their tenants)?"""
+    involved = {job.tenant, *(o.tenant for o in group)}
+    return not refusing_tenants({t: tenants[t].allow_cross_tenant for t in involved})

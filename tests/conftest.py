@@ -142,7 +142,7 @@ def page(browser, live_server):
 @pytest.fixture
 def sign_in(page):
     """sign_in(user) fills in and submits the real sign-in form in the browser."""
-    from zico.tenants.testing import PASSWORD
+    from tests.support.tenants import PASSWORD
 
     def go(user):
         page.goto("/login/")

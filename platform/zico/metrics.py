@@ -38,7 +38,7 @@ DEVICE_LABELS = ["device", "host", "kind", "index"]
 
 
 def _device_labels(d: Device) -> list[str]:
-    return [keys.device_key(d.kind, d.node.host, d.index), d.node.host, d.kind, str(d.index)]
+    return [d.key, d.node.host, d.kind, str(d.index)]
 
 
 class ZicoCollector:

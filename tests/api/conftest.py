@@ -4,7 +4,7 @@ from django.apps import apps
 from rest_framework.test import APIClient
 
 from zico.cluster.models import Device, Node
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 GIB = 1 << 30
 

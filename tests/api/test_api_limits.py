@@ -9,17 +9,18 @@ from zico.jobs.models import Event, Job, MemoryProfile
 from zico.tenants.models import Tenant
 
 from .conftest import GIB
+from zico.jobs.lifecycle import transition
 
 
 def _running_job(tenant, device, peak, persistent, params=None):
     """A job running on ``device`` with a stored curve (``peak``/``persistent`` bytes)."""
     job = Job.objects.create(tenant=tenant, workload="digits-cnn", params=params or {})
     MemoryProfile.record(job, triangular_curve(persistent, peak))
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=device, plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=device)
-    job.transition("running", device=device)
+    transition(job, "placed", device=device)
+    transition(job, "running", device=device)
     return job
 
 
@@ -79,7 +80,7 @@ def test_the_409s_advice_can_be_followed_through_the_api(personas, devices, clie
     assert ev.details == {"old": "online", "new": "draining"} and ev.actor == personas.staff
     from zico.scheduling.snapshot import take_snapshot
     assert small.pk not in take_snapshot().devices  # no new job is placed on it
-    job.transition("succeeded")
+    transition(job, "succeeded")
     r = staff.patch(f"/api/devices/{small.pk}/", {"budget_bytes": 2 * GIB, "status": "online"}, format="json")
     assert r.status_code == 200 and (r.data["budget_bytes"], r.data["status"]) == (2 * GIB, "online")
 
@@ -112,7 +113,7 @@ def test_tenant_roles_cannot_drain_a_device(personas, devices, client_for, who):
 def test_jobs_that_have_ended_do_not_hold_the_budget_up(personas, devices, client_for):
     small, _ = devices
     job = _running_job(personas.tenant, small, peak=12 * GIB, persistent=2 * GIB)
-    job.transition("succeeded")
+    transition(job, "succeeded")
     r = client_for(personas.staff).patch(f"/api/devices/{small.pk}/", {"budget_bytes": GIB}, format="json")
     assert r.status_code == 200
 

@@ -19,12 +19,13 @@ from rest_framework.test import APIClient
 from placement.curves import triangular_curve
 from zico.cluster.models import Placement
 from zico.jobs.code import issue_job_token
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import joblog
 from zico.jobs.models import Job, MemoryProfile
 from zico.tenants.models import ApiToken
 
 from .conftest import GIB
+from zico.jobs.lifecycle import transition
 
 
 
@@ -160,10 +161,10 @@ def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, sc
     assert call(teammate, "get", f"/api/jobs/{job.pk}/timeline/").status_code == 200
     call(teammate, "get", f"/api/jobs/{job.pk}/timeline/?window=7")
     call(outsider, "get", f"/api/jobs/{job.pk}/timeline/")
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=small, plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=small)
+    transition(job, "placed", device=small)
     assert call(owner, "get", f"/api/devices/{small.pk}/timeline/").status_code == 200
     call(teammate, "get", f"/api/devices/{small.pk}/timeline/")  # 404: members do not open device timelines
     call(staff, "get", f"/api/devices/{small.pk}/timeline/?since_event=x")
@@ -209,7 +210,7 @@ def test_every_endpoint_answers_what_its_schema_says(personas, devices, call, sc
     call(outsider, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart")  # 404
     with override_settings(ZICO_SNAPSHOT_MAX_BYTES=100):
         assert call(teammate, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart").status_code == 413
-    Job.objects.get(pk=code_job["id"]).transition("ready")
+    transition(Job.objects.get(pk=code_job["id"]), "ready")
     assert call(teammate, "post", profile_url, {"snapshot": _file(torch_snapshot)}, "multipart").status_code == 409
     curve = call(teammate, "post", "/api/curves/", {"snapshot": _file(torch_snapshot), "code": code_id,
                                                     "command": '["python", "train.py"]'}, "multipart")

@@ -6,7 +6,7 @@ import pytest
 
 from zico.cluster.models import Placement
 from zico.jobs.models import Job
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts.codejob import CodeSpec
 
 

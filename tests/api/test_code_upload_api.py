@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from zico.jobs.models import CodeArchive
-from zico.jobs.testing import project, tar_gz, zip_bytes
+from tests.support.jobs import project, tar_gz, zip_bytes
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ from rest_framework.test import APIClient
 from zico.cluster.models import Placement
 from zico.jobs.models import Job, MemoryProfile
 from zico.tenants.models import ApiToken
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 
 @pytest.fixture
@@ -61,13 +63,13 @@ def test_any_change_the_page_shows_gives_a_new_etag(personas, jobs, token_client
     etag = c.get("/api/jobs/")["ETag"]
     job = jobs[1]
     if change == "status":
-        job.transition("ready")
+        transition(job, "ready")
     elif change == "progress_by_update":  # a queryset update: updated_at stays as it was
         Job.objects.filter(pk=job.pk).update(progress_iteration=42)
     elif change == "placement":  # the job row is untouched; its device changes
-        job.transition("ready")
+        transition(job, "ready")
         etag = c.get("/api/jobs/")["ETag"]
-        Placement.open(devices[0], [job])
+        lifecycle.place(devices[0], [job])
     elif change == "deleted":
         job.delete()
     else:
@@ -86,7 +88,7 @@ def test_another_tenants_changes_do_not_change_the_etag(personas, jobs, token_cl
     c = token_client(personas.owner)
     etag = c.get("/api/jobs/")["ETag"]
     theirs = Job.objects.create(tenant=personas.other_tenant, owner=personas.outsider, workload="digits-cnn")
-    theirs.transition("ready")
+    transition(theirs, "ready")
     Job.objects.filter(pk=theirs.pk).update(progress_iteration=9)
     assert poll(c, etag).status_code == 304
     # and their poller's ETag is theirs: our page's tag is not a 304 for them
@@ -128,8 +130,8 @@ def test_a_page_costs_the_same_queries_whatever_its_rows(personas, token_client,
     for i in range(40):  # owners, placements and profiles vary by row: still no query per row
         job = Job.objects.create(tenant=t, owner=personas.admin if i % 2 else None, workload="digits-cnn")
         if i % 10 == 0:  # 4 placed: the tenant's max_running_jobs
-            job.transition("ready")
-            Placement.open(devices[i % 2], [job])
+            transition(job, "ready")
+            lifecycle.place(devices[i % 2], [job])
         if i % 3 == 0:
             MemoryProfile.objects.create(job=job, source="estimate", curve={}, peak_bytes=i << 20,
                                          persistent_bytes=1 << 20, iteration_s=0.1)

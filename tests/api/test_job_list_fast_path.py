@@ -11,6 +11,8 @@ from zico.api.job_rows import fast_path_supported
 from zico.api.jobs import JobSerializer
 from zico.cluster.models import Placement
 from zico.jobs.models import Job, MemoryProfile
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 CURVE = {"version": 1, "source": "estimate", "device": "cpu", "iteration_s": 0.05, "persistent_bytes": 1 << 20,
          "peak_bytes": 8 << 20, "points": [[0.0, 1 << 20], [1.0, 8 << 20]]}
@@ -39,11 +41,11 @@ def mixed_jobs(personas, devices):
     newest = profile(failed, 9 << 20)
     MemoryProfile.objects.filter(pk=newest.pk).update(created_at=now + timedelta(seconds=1))
     placed = Job.objects.create(tenant=t, owner=personas.admin, workload="digits-cnn", params={"lr": 0.05})
-    placed.transition("ready")
-    Placement.open(devices[1], [placed])
+    transition(placed, "ready")
+    lifecycle.place(devices[1], [placed])
     ended = Job.objects.create(tenant=t, owner=personas.admin, workload="digits-cnn")
-    ended.transition("ready")
-    Placement.open(devices[0], [ended]).end("test")
+    transition(ended, "ready")
+    lifecycle.place(devices[0], [ended]).end("test")
     profile(plain, 7 << 20)
     Job.objects.create(tenant=personas.other_tenant, owner=personas.outsider, workload="digits-cnn")  # never listed
     return [plain, orphan, failed, placed, ended]

@@ -14,10 +14,11 @@ from zico.jobs.code import issue_job_token, store_archive
 from zico.jobs.models import Job, JobLog
 from zico.jobs.outputs import archive_log
 from zico.jobs.submission import submit_job
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog
+from zico.jobs.lifecycle import transition
 
 
 @pytest.fixture
@@ -35,11 +36,11 @@ def job(personas, devices, settings, tmp_path, r):
     archive, _ = store_archive(personas.tenant, f, personas.teammate)
     job = submit_job(tenant=personas.tenant, owner=personas.teammate, code=archive, command=["python", "train.py"])
     r.delete(joblog.log_stream_key(job.pk))
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=devices[0], plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=devices[0])
-    job.transition("running", device=devices[0])
+    transition(job, "placed", device=devices[0])
+    transition(job, "running", device=devices[0])
     return job
 
 
@@ -88,7 +89,7 @@ def test_the_end_of_the_run_stores_the_log_and_the_cursor_goes_on(personas, clie
 def test_the_stored_copy_keeps_the_tail_and_says_what_it_dropped(personas, client_for, job, r, settings):
     joblog.append(r, job.pk, lines(*[f"line {i} " + "x" * 100 for i in range(50)]))
     settings.ZICO_LOG_MAX_BYTES = 2000
-    job.transition("failed", reason="test")
+    transition(job, "failed", reason="test")
     stored = archive_log(job, r)
     body = client_for(personas.teammate).get(f"/api/jobs/{job.pk}/logs/").json()
     assert stored.dropped_lines == 50 - stored.lines > 0 and body["dropped_lines"] == stored.dropped_lines
@@ -97,7 +98,7 @@ def test_the_stored_copy_keeps_the_tail_and_says_what_it_dropped(personas, clien
 
 def test_an_ended_job_no_run_reports_is_stored_by_the_first_read_after_the_grace(personas, client_for, job, r):
     joblog.append(r, job.pk, lines("only line"))
-    job.transition("cancelled", reason="test")
+    transition(job, "cancelled", reason="test")
     c = client_for(personas.teammate)
     assert c.get(f"/api/jobs/{job.pk}/logs/").json()["source"] == "live"  # the worker may still report
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(hours=1))
@@ -154,7 +155,7 @@ def test_job_tokens_open_their_own_job_only_and_not_for_long(personas, client_fo
     assert user_token.get(url).status_code == 401
     token = issue_job_token(job.pk)
     assert c.get(url, HTTP_AUTHORIZATION=f"JobToken {token}").status_code == 200
-    job.transition("succeeded")
+    transition(job, "succeeded")
     assert c.get(url, HTTP_AUTHORIZATION=f"JobToken {token}").status_code == 200  # within the grace
     Job.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(hours=1))
     assert c.get(url, HTTP_AUTHORIZATION=f"JobToken {token}").status_code == 403

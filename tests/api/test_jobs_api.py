@@ -3,6 +3,8 @@ import pytest
 
 from zico.jobs.models import Event, Job
 from zico.tenants.models import Tenant
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 GIB = 1 << 30
 SPEC = {"tenant": "acme", "name": "digits run", "workload": "digits-cnn", "params": {"batch_size": 32}}
@@ -98,7 +100,7 @@ def test_it_rejects_a_budget_that_exceeds_the_tenant_quota(personas, devices, cl
     assert r.status_code == 400 and "required" in str(r.data["budget_bytes"])
     assert row_counts() == before
     # a finished job frees its share of the quota
-    Job.objects.get().transition("cancelled", reason="test")
+    transition(Job.objects.get(), "cancelled", reason="test")
     assert c.post("/api/jobs/", {**SPEC, "budget_bytes": 9 * GIB}, format="json").status_code == 201
 
 
@@ -117,7 +119,7 @@ def test_list_shows_only_the_callers_tenants_jobs(personas, owners_job, client_f
 
 def test_list_filters_by_status_and_tenant(personas, owners_job, client_for):
     other = Job.objects.create(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn")
-    other.transition("cancelled", reason="test")
+    transition(other, "cancelled", reason="test")
     c = client_for(personas.owner)
     assert [j["id"] for j in c.get("/api/jobs/?status=cancelled").data["results"]] == [other.pk]
     assert c.get("/api/jobs/?tenant=rival").data["count"] == 0
@@ -155,7 +157,7 @@ def test_a_demoted_member_can_no_longer_cancel_their_job(personas, client_for):
 
 
 def test_cancelling_a_finished_job_is_a_conflict(personas, owners_job, client_for):
-    owners_job.transition("cancelled", reason="first")
+    transition(owners_job, "cancelled", reason="first")
     events = Event.objects.count()
     r = client_for(personas.owner).post(f"/api/jobs/{owners_job.pk}/cancel/")
     assert r.status_code == 409 and "already ended" in r.data["detail"]
@@ -165,7 +167,7 @@ def test_cancelling_a_finished_job_is_a_conflict(personas, owners_job, client_fo
 @pytest.mark.parametrize("who,status", [("owner", 200), ("admin", 200), ("teammate", 200), ("viewer", 200),
                                         ("outsider", 404), ("staff", 200)])
 def test_job_events_by_persona(personas, owners_job, client_for, who, status):
-    owners_job.transition("profiling", reason="estimate on CPU")
+    transition(owners_job, "profiling", reason="estimate on CPU")
     r = client_for(getattr(personas, who)).get(f"/api/jobs/{owners_job.pk}/events/")
     assert r.status_code == status
     if status == 200:
@@ -198,8 +200,8 @@ def test_a_placed_job_names_its_device(personas, owners_job, devices, client_for
 
     c = client_for(personas.owner)
     assert c.get(f"/api/jobs/{owners_job.pk}/").data["device"] is None
-    owners_job.transition("ready")
-    Placement.open(devices[1], [owners_job])
+    transition(owners_job, "ready")
+    lifecycle.place(devices[1], [owners_job])
     assert c.get(f"/api/jobs/{owners_job.pk}/").data["device"] == devices[1].pk
     assert c.get("/api/jobs/").data["results"][0]["device"] == devices[1].pk
 

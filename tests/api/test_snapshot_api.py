@@ -8,10 +8,11 @@ import pickle
 import pytest
 
 from zico.jobs.models import Event, Job, MemoryProfile
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_workloads.curves.snapshot import snapshot_curve
 
 from .conftest import GIB
+from zico.jobs.lifecycle import transition
 
 
 @pytest.fixture(autouse=True)
@@ -147,11 +148,11 @@ def test_a_catalog_job_takes_no_snapshot_and_a_placed_job_takes_none_now(persona
     assert r.status_code == 400 and "catalog workload digits-cnn" in r.json()["snapshot"][0]
     assert row_counts() == before
     for status in ("profiling", "ready"):
-        code_job.transition(status)
+        transition(code_job, status)
         r = attach(client, code_job, torch_snapshot)
         assert r.status_code == 409 and f"is {status}" in r.json()["detail"]
     assert not MemoryProfile.objects.exists()
-    code_job.transition("failed", reason="test")  # an ended job takes one: for its reruns
+    transition(code_job, "failed", reason="test")  # an ended job takes one: for its reruns
     assert attach(client, code_job, torch_snapshot).status_code == 201
 
 

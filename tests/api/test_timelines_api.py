@@ -12,6 +12,7 @@ from zico.telemetry.models import TimelinePoint
 from zico.tenants.models import ApiToken
 
 from .conftest import GIB
+from zico.jobs.lifecycle import transition
 
 
 def bearer(user) -> APIClient:
@@ -24,10 +25,10 @@ def bearer(user) -> APIClient:
 def _job_on(device, tenant, allocated):
     """A job placed on ``device`` with one stored timeline point of ``allocated`` bytes, 10 s ago."""
     job = Job.objects.create(tenant=tenant, workload="digits-cnn", params={})
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=device, plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=device)
+    transition(job, "placed", device=device)
     second = int(time.time()) - 10
     TimelinePoint.objects.create(device=device, job=job, second=second,
                                  time=datetime.fromtimestamp(second, tz=timezone.utc),

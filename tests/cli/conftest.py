@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from django.conf import settings as django_settings
 
 from zico.tenants.models import ApiToken
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 from zico_cli import config
 from zico_cli.main import cli
 

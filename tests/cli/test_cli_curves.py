@@ -59,7 +59,7 @@ def test_the_terminal_bins_are_the_placement_cores_for_a_real_snapshot(torch_sna
 def test_curve_show_of_another_tenants_job_is_not_found(zico, signed_in, personas, tmp_path):
     from zico.jobs.code import store_archive
     from zico.jobs.submission import submit_job
-    from zico.jobs.testing import project
+    from tests.support.jobs import project
     import io
 
     archive, _ = store_archive(personas.other_tenant, io.BytesIO(project()), personas.outsider)

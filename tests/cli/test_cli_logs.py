@@ -9,10 +9,11 @@ from zico.cluster.models import Device, Node, Placement
 from zico.jobs.code import store_archive
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import keys
 from zico.telemetry.handlers import handle
 from zico_contracts import joblog
+from zico.jobs.lifecycle import transition
 
 
 @pytest.fixture
@@ -23,11 +24,11 @@ def running(personas, server, rdb):
     rdb.delete(joblog.log_stream_key(job.pk))
     device = Device.objects.create(node=Node.objects.create(host="node-c"), index=0, kind="gpu", name="GPU",
                                    uuid="GPU-c0", total_bytes=16 << 30, budget_bytes=16 << 30)
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=device, plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=device)
-    job.transition("running", device=device)
+    transition(job, "placed", device=device)
+    transition(job, "running", device=device)
     Job.objects.filter(pk=job.pk).update(total_iterations=100, progress_iteration=10,
                                          metrics={"iterations_per_s": 5.0})
     return job

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from zico.jobs.testing import TRAIN_PY, project, tar_gz, zip_bytes
+from tests.support.jobs import TRAIN_PY, project, tar_gz, zip_bytes
 from zico_contracts import joblog
 from zico_contracts.codearchive import ArchiveError, ArchiveLimits, check_member_path, extract_archive
 from zico_contracts.codejob import CodeSpec, CodeSpecError, validate_env

@@ -1,7 +1,7 @@
 """Fixtures for the API fuzz tests: the personas (tenant acme and the outsider's tenant)."""
 import pytest
 
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 
 @pytest.fixture

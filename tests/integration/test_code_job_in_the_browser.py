@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import expect
 
 from zico.jobs.models import Job
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

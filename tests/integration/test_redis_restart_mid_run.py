@@ -10,6 +10,8 @@ from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico_contracts.queues import cpu_queue
 from zico.telemetry.models import TelemetryGap, TimelinePoint
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -22,8 +24,8 @@ def test_a_redis_restart_leaves_a_recorded_gap_and_a_finished_job(stack, redis_s
     tenant, owner = tenant_owner
     job = submit_job(tenant=tenant, owner=owner, workload="digits-cnn",
                      params={"iterations": 300, "batch_size": 256, "image_size": 32})
-    job.transition("ready")
-    placement = Placement.open(device, [job], plan={})
+    transition(job, "ready")
+    placement = lifecycle.place(device, [job], plan={})
     client.send_task("zico.device.run_job", queue=cpu_queue(stack.host),
                      args=[job.pk, {"workload": job.workload, "params": job.params, "placement": placement.pk}])
     waiter(lambda: Job.objects.filter(pk=job.pk, progress_iteration__gt=0).exists(), 300, "the job to make progress")

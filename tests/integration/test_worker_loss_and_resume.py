@@ -3,7 +3,7 @@ Event; after a worker restart it resumes from its checkpoint and succeeds.
 
 Real PostgreSQL, real Redis (private), the real control consumer and real worker processes. The scheduler's
 part (place a ready job, send ``zico.device.run_job`` to the device queue) is done here in a few lines with
-the same model call the scheduler uses (``Placement.open``), so the test pins the worker and consumer side.
+the same model call the scheduler uses (``lifecycle.place``), so the test pins the worker and consumer side.
 """
 import signal
 import time
@@ -17,6 +17,8 @@ from zico.cluster.models import Device, Placement
 from zico.jobs.models import Event, Job
 from zico.jobs.submission import submit_job
 from zico_contracts.queues import cpu_queue
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -24,8 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def place_and_send(client, job, device):
     job.refresh_from_db()
     if job.status == "queued":
-        job.transition("ready")
-    placement = Placement.open(device, [job], plan={})
+        transition(job, "ready")
+    placement = lifecycle.place(device, [job], plan={})
     client.send_task("zico.device.run_job", queue=cpu_queue(device.node.host), args=[job.pk, {
         "workload": job.workload, "params": job.params, "placement": placement.pk}])
     return placement

@@ -2,7 +2,7 @@
 import pytest
 
 from zico.cluster.models import Device, Node
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from placement.curves import triangular_curve
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import CodeArchive, Event, Job, JobFile, JobLog, MemoryProfile
 from zico.tenants.models import ApiToken
+from zico.jobs.lifecycle import transition
 
 ZICO_APPS = ("tenants", "cluster", "jobs")
 
@@ -20,7 +21,7 @@ def admin_client(personas, gpu):
     MemoryProfile.record(job, triangular_curve(1e6, 4e6))
     Placement.objects.create(device=gpu).jobs.add(job)
     ApiToken.issue(personas.owner, "laptop")
-    job.transition("cancelled", reason="test")
+    transition(job, "cancelled", reason="test")
     archive = CodeArchive.objects.create(tenant=personas.tenant, sha256="a" * 64, format="tar.gz", size_bytes=10,
                                          files=1, unpacked_bytes=5)
     code_job = Job.objects.create(tenant=personas.tenant, owner=personas.owner, code=archive, command=["true"])

@@ -8,7 +8,8 @@ from zico.jobs.models import Event, Job
 from zico.jobs.submission import JobSpecError, submit_job
 from zico.jobs.transitions import IllegalTransition
 from zico.tenants.models import Tenant
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
+from zico.jobs.lifecycle import transition
 
 GIB = 1 << 30
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,7 +39,7 @@ def race(fn, n=2):
 def test_only_one_of_two_racing_transitions_wins():
     p = make_personas()
     job = Job.objects.create(tenant=p.tenant, owner=p.owner, workload="digits-cnn")
-    results = race(lambda: Job.objects.get(pk=job.pk).transition("profiling"))
+    results = race(lambda: transition(Job.objects.get(pk=job.pk), "profiling"))
     assert sum(isinstance(r, Job) for r in results) == 1
     assert sum(isinstance(r, IllegalTransition) for r in results) == 1
     assert Event.objects.filter(job=job).count() == 1

@@ -8,7 +8,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from zico.jobs.models import Event, Job
-from zico.jobs.transitions import ALL_STATUSES, IllegalTransition, is_allowed, transition_many
+from zico.jobs.transitions import ALL_STATUSES, IllegalTransition, is_allowed
+from zico.jobs.lifecycle import transition_many
+from zico.jobs.lifecycle import transition
 
 LEGAL = [(a, b) for a, b in itertools.product(ALL_STATUSES, ALL_STATUSES) if is_allowed(a, b)]
 
@@ -21,7 +23,7 @@ def _jobs(personas, status, n=1):
 @pytest.mark.parametrize("from_status,to_status", LEGAL)
 def test_a_bulk_move_leaves_the_same_rows_and_events_as_single_moves(personas, gpu, from_status, to_status):
     [single], bulk = _jobs(personas, from_status), _jobs(personas, from_status, 2)
-    single.transition(to_status, reason="because", actor=personas.owner, device=gpu, note="x")
+    transition(single, to_status, reason="because", actor=personas.owner, device=gpu, note="x")
     transition_many(bulk, to_status, reason="because", actor=personas.owner, device=gpu,
                     details_by_job={j.pk: {"note": "x"} for j in bulk})
     fields = ["status", "attempts", "lost_count", "failure_reason"]
@@ -52,7 +54,7 @@ def test_one_job_that_may_not_move_leaves_nothing_written(personas):
 def test_it_reads_the_status_from_the_database_not_stale_objects(personas):
     [job] = _jobs(personas, "ready")
     stale = Job.objects.get(pk=job.pk)
-    job.transition("cancelled", reason="user")
+    transition(job, "cancelled", reason="user")
     with pytest.raises(IllegalTransition, match="'cancelled'"):
         transition_many([stale], "placed")
     assert Job.objects.get(pk=job.pk).status == "cancelled"
@@ -92,7 +94,7 @@ def test_every_move_clears_the_waiting_reason_in_the_row_and_in_memory(personas,
     if bulk:
         transition_many([job], "cancelled", reason="no longer needed")
     else:
-        job.transition("cancelled", reason="no longer needed")
+        transition(job, "cancelled", reason="no longer needed")
     row = Job.objects.values("waiting_reason", "waiting_kind", "waiting_since").get(pk=job.pk)
     assert row == {"waiting_reason": "", "waiting_kind": "", "waiting_since": None}
     assert (job.waiting_reason, job.waiting_kind, job.waiting_since) == ("", "", None)

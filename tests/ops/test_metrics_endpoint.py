@@ -11,7 +11,7 @@ from zico.cluster.models import Device, Node
 from zico.jobs.models import Event, Job
 from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 GIB = 1 << 30
 

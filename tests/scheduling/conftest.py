@@ -10,6 +10,7 @@ from placement.curves import triangular_curve
 from zico.cluster.models import Device, Node
 from zico.jobs.models import Job, MemoryProfile
 from zico.tenants.models import Tenant
+from zico.jobs.lifecycle import transition
 
 GiB = 1 << 30
 
@@ -50,7 +51,7 @@ def make_job(db):
         if curve is not False:
             MemoryProfile.record(job, curve or triangular_curve(2 * GiB, 10 * GiB, 0.2))
         if status != "queued":
-            job.transition(status)
+            transition(job, status)
         return job
 
     return make

@@ -12,6 +12,7 @@ from django.db import connection
 
 from zico.cluster.models import Placement
 from zico.jobs.models import Job
+from zico.jobs.lifecycle import transition
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
@@ -46,8 +47,8 @@ def test_two_schedulers_at_once_never_place_a_job_twice(cluster, tenant, make_jo
                 worst = max(worst, on_device)
             for job in Job.objects.filter(pk__in=[j.pk for j in jobs], status="placed"):
                 placement = job.active_placement()  # co-placed jobs share one placement
-                job.transition("running")
-                job.transition("succeeded")
+                transition(job, "running")
+                transition(job, "succeeded")
                 if placement is not None:
                     placement.end("test finished its jobs")
                 finished += 1

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from zico.jobs import known
 from zico.scheduling.estimates import BackgroundEstimates
 from zico.scheduling.service import Scheduler
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 from zico_contracts import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,6 +19,8 @@ from zico.tenants.models import Role
 from .test_scheduling_waiting import api  # noqa: F401 (fixture)
 
 from .conftest import GiB
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +30,7 @@ PARAMS = {"iterations": 50, "batch_size": 48}  # the same for every job of a tes
 def _job(tenant, status="queued", params=PARAMS):
     job = Job.objects.create(tenant=tenant, workload="digits-cnn", params=params)
     if status != "queued":
-        job.transition(status)
+        transition(job, status)
     return job
 
 
@@ -44,7 +46,7 @@ def fail_profile(cluster, settings):
 
     def fail(job, error, device=None):
         device = device or cluster[0]
-        job.transition("profiling", device=device)
+        transition(job, "profiling", device=device)
         link = Link(settings.REDIS_URL, keys.device_key(device.kind, device.node.host, device.index))
         link.emit("profile_done", job=job.pk, error=error)
         link.flush()
@@ -78,7 +80,7 @@ def _full(params):
 def test_an_identical_jobs_profile_is_reused_and_the_job_is_not_profiled(cluster, tenant, queued_messages):
     earlier = _job(tenant)
     MemoryProfile.record(earlier, triangular_curve(GiB, 3 * GiB, 0.2))
-    earlier.transition("ready")
+    transition(earlier, "ready")
     again, other = _job(tenant), _job(tenant, params={**PARAMS, "batch_size": 16})
     res = Scheduler().run_round()
     assert again.pk in res.ready and again.pk not in res.profiling and other.pk in res.profiling
@@ -124,8 +126,8 @@ def test_an_out_of_memory_no_longer_applies_once_a_bigger_device_is_registered(c
 def test_an_out_of_memory_beside_other_jobs_is_not_remembered(cluster, tenant, fail_profile, submit):
     neighbour = _job(tenant, params={"iterations": 9})
     MemoryProfile.record(neighbour, triangular_curve(GiB, 2 * GiB, 0.2))
-    neighbour.transition("ready")
-    Placement.open(cluster[0], [neighbour])  # it held part of the device while the profile ran
+    transition(neighbour, "ready")
+    lifecycle.place(cluster[0], [neighbour])  # it held part of the device while the profile ran
     failed = fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
     assert "profile_failure" not in failed.metrics and "out of memory" in failed.failure_reason
     assert submit().status_code == 201
@@ -182,7 +184,7 @@ def test_identical_jobs_queued_together_are_profiled_once_and_the_others_take_it
     third = _job(tenant)  # submitted while the first one profiles
     assert scheduler.run_round().profiling == [] and Job.objects.get(pk=third.pk).status == "queued"
     MemoryProfile.record(first, triangular_curve(GiB, 3 * GiB, 0.2))  # the worker's profile_done, as the consumer
-    first.transition("ready")
+    transition(first, "ready")
     res = scheduler.run_round()
     assert {second.pk, third.pk} <= set(res.ready) and not res.profiling
     assert _profile_tasks(queued_messages, cluster) == [first.pk]  # one profile for the three
@@ -191,7 +193,7 @@ def test_identical_jobs_queued_together_are_profiled_once_and_the_others_take_it
 def test_a_held_job_is_profiled_after_all_if_the_identical_profile_ends_without_a_curve(cluster, tenant):
     first, second = _job(tenant), _job(tenant)
     Scheduler().run_round()
-    first.transition("cancelled")  # a cancel says nothing about the workload
+    transition(first, "cancelled")  # a cancel says nothing about the workload
     assert Scheduler().run_round().profiling == [second.pk]
 
 
@@ -202,7 +204,7 @@ def test_a_duplicate_profiles_late_result_changes_nothing_once_the_job_moved_on(
     consumer = ControlConsumer(settings.REDIS_URL, name="stale-profile", block_ms=20)
     device = cluster[0]
     job = _job(tenant)
-    job.transition("profiling", device=device)
+    transition(job, "profiling", device=device)
     link = Link(settings.REDIS_URL, keys.device_key(device.kind, device.node.host, device.index))
     curve = triangular_curve(GiB, 2 * GiB, 0.2).to_dict()
     link.emit("profile_done", job=job.pk, curve=curve)

@@ -8,6 +8,7 @@ from placement.policies import FirstFitFifo
 from zico.cluster.models import Placement
 from zico.jobs.models import Event, Job
 from zico.scheduling.service import Scheduler
+from zico.jobs.lifecycle import transition
 
 GiB = 1 << 30
 
@@ -95,7 +96,7 @@ def test_a_job_whose_peak_exceeds_its_own_budget_fails_with_both_figures(cluster
 
 def test_a_cancelled_job_is_not_placed(cluster, tenant, make_job, queued_messages):
     keep, gone = make_job(tenant), make_job(tenant)
-    gone.transition("cancelled")
+    transition(gone, "cancelled")
     res = Scheduler().run_round()
     assert list(res.placed) == [keep.pk]
     assert Event.objects.filter(kind="placement").count() == 1

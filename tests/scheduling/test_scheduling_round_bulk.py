@@ -8,6 +8,7 @@ from placement.policies import MemoryAware
 from zico.cluster.models import Device, Placement
 from zico.jobs.models import Job
 from zico.scheduling.service import Scheduler
+from zico.jobs.lifecycle import transition
 
 GiB = 1 << 30
 
@@ -44,7 +45,7 @@ class CancelsDuringTheDecision(MemoryAware):
     def decide(self, state):
         out = super().decide(state)
         victim = out.placements[0].job_id
-        Job.objects.get(pk=victim).transition("cancelled", reason="user changed their mind")
+        transition(Job.objects.get(pk=victim), "cancelled", reason="user changed their mind")
         self.victim = victim
         return out
 

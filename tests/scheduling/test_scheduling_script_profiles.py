@@ -15,6 +15,7 @@ from zico.jobs.code_models import CodeArchive
 from zico.jobs.models import Job, MemoryProfile
 from zico.scheduling.service import RUN_TASK, Scheduler
 from zico.telemetry import handlers
+from zico.jobs import lifecycle
 
 GiB = 1 << 30
 
@@ -101,7 +102,7 @@ def test_a_job_with_its_own_budget_is_profiled_beside_jobs_it_fits_beside(cluste
     for d in cluster[1:]:
         d.set_status("draining")
     running = make_job(tenant, curve=triangular_curve(GiB, 10 * GiB, 0.2))
-    Placement.open(cluster[0], [running], {})
+    lifecycle.place(cluster[0], [running], {})
     unknown = make_script_job(tenant)  # no budget: profiled alone only
     Scheduler().run_round()
     unknown.refresh_from_db()
@@ -119,7 +120,7 @@ def test_a_worker_lost_while_it_profiles_a_script_requeues_it_to_be_profiled_aga
     Scheduler().run_round()
     script.refresh_from_db()
     placement = script.active_placement()
-    handlers.declare_lost(placement.device, [script], reason="test: worker gone")
+    lifecycle.lose(placement.device, [script], reason="test: worker gone")
     script.refresh_from_db()
     placement.refresh_from_db()
     assert script.status == "queued" and placement.ended_at is not None

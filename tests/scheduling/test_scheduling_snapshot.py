@@ -3,14 +3,16 @@ import pytest
 
 from zico.cluster.models import Placement
 from zico.scheduling.snapshot import take_snapshot
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 
 def test_a_job_counts_only_on_the_device_of_its_active_placement(cluster, tenant, make_job):
     job = make_job(tenant)
-    old = Placement.open(cluster[0], [job])
+    old = lifecycle.place(cluster[0], [job])
     old.end("moved")
-    job.transition("ready")
-    Placement.open(cluster[1], [job])
+    transition(job, "ready")
+    lifecycle.place(cluster[1], [job])
     state = take_snapshot().state
     running = {d.id: [j.id for j in d.running] for d in state.devices}
     assert running == {cluster[0].pk: [], cluster[1].pk: [job.pk]}
@@ -23,7 +25,7 @@ def test_ready_jobs_without_a_curve_are_not_offered_to_the_policy(cluster, tenan
 
 def test_a_device_whose_job_has_no_curve_is_left_out(cluster, tenant, make_job):
     blind = make_job(tenant, curve=False)
-    Placement.open(cluster[0], [blind])
+    lifecycle.place(cluster[0], [blind])
     assert [d.id for d in take_snapshot().state.devices] == [cluster[1].pk]
 
 

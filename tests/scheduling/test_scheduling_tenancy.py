@@ -10,6 +10,7 @@ from zico.cluster.models import Placement
 from zico.jobs.models import Job
 from zico.scheduling.service import Scheduler
 from zico.tenants.models import Tenant
+from zico.jobs.lifecycle import transition
 
 GiB = 1 << 30
 BIG = triangular_curve(6 * GiB, 14 * GiB, 0.2)  # one per 16 GiB device
@@ -23,7 +24,7 @@ def _used(tenant, make_job, hours):
     """A finished job of ``tenant`` that held 14 GiB for ``hours`` (its device-memory-seconds)."""
     job = make_job(tenant, curve=BIG, status="ready")
     for to in ("placed", "running", "succeeded"):
-        job.transition(to)
+        transition(job, to)
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(hours=hours))
 
 

@@ -11,11 +11,12 @@ from rest_framework.test import APIClient
 
 from placement.curves import triangular_curve
 from zico.jobs.models import Event, Job, MemoryProfile
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico.scheduling.service import PROFILE_TASK, RUN_TASK, Scheduler
 from zico.tenants.models import Role, Tenant
 
 from .conftest import GiB
+from zico.jobs.lifecycle import transition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,7 +98,7 @@ def test_reruns_in_the_tenant_reuse_a_snapshot_and_another_tenant_profiles_its_o
                                                                                   queued_messages):
     acme, rival = member(), member()
     first = acme.submit()
-    first.transition("cancelled", reason="test")  # ended: its snapshot serves its reruns
+    transition(first, "cancelled", reason="test")  # ended: its snapshot serves its reruns
     profile = acme.attach(first, torch_snapshot)
     rerun, theirs = acme.submit(), rival.submit()
     assert rerun.params == theirs.params == first.params  # identical jobs
@@ -133,7 +134,7 @@ def test_a_curve_uploaded_for_an_identity_serves_its_jobs_only(cluster, member, 
 def test_a_measured_curve_still_serves_every_tenant_and_the_newest_curve_wins(cluster, member, torch_snapshot):
     acme, rival = member(), member()
     measured_job = rival.submit()
-    measured_job.transition("cancelled", reason="test")
+    transition(measured_job, "cancelled", reason="test")
     measured = MemoryProfile.record(measured_job, triangular_curve(GiB, 2 * GiB, 0.2))  # as a worker's profile
     uploaded = acme.upload_curve(torch_snapshot)  # newer than the measured one
     mine, theirs = acme.submit(), rival.submit()

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from zico.ratelimits import FallbackRedisCache
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
 
 
 @pytest.fixture

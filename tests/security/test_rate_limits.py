@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from zico.jobs.models import Job
 from zico.ratelimits import hit
 from zico.tenants.models import ApiToken
-from zico.tenants.testing import PASSWORD
+from tests.support.tenants import PASSWORD
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = {"tenant": "acme", "workload": "digits-cnn", "params": {"iterations": 5}}

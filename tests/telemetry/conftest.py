@@ -7,6 +7,7 @@ from django.conf import settings
 from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Job
 from zico.tenants.models import Tenant
+from zico.jobs.lifecycle import transition
 
 
 @pytest.fixture
@@ -52,10 +53,10 @@ def _make_device(host="h1", kind="cpu", index=0, total=4 << 30, budget=3 << 30):
 def _make_placed_job(tenant, device, workload="digits-cnn"):
     """A job moved queued -> ready -> placed on ``device`` through the transition function."""
     job = Job.objects.create(tenant=tenant, workload=workload, params={})
-    job.transition("ready")
+    transition(job, "ready")
     placement = Placement.objects.create(device=device, plan={})
     placement.jobs.add(job)
-    job.transition("placed", device=device)
+    transition(job, "placed", device=device)
     return job, placement
 
 

@@ -10,6 +10,7 @@ from placement.compute_share import MEASURED_KEY, SHARE_KEY, ShareEstimate
 from placement.curves import triangular_curve
 from zico.jobs.models import Job, MemoryProfile
 from zico_contracts import computeshare
+from zico.jobs.lifecycle import transition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,11 +43,11 @@ def kind(tenant, make_device):
     for _ in range(2):
         job = Job.objects.create(tenant=tenant, workload="digits-cnn", params=PARAMS)
         MemoryProfile.record(job, curve)
-        job.transition("ready")
+        transition(job, "ready")
         from zico.cluster.models import Placement
         placement = Placement.objects.create(device=dev, plan={})
         placement.jobs.add(job)
-        job.transition("placed", device=dev)
+        transition(job, "placed", device=dev)
         placed.append((job, placement))
     waiting = Job.objects.create(tenant=tenant, workload="digits-cnn", params=PARAMS)
     MemoryProfile.record(waiting, curve)

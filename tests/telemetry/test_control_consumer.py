@@ -11,10 +11,11 @@ from placement.gating import DEFAULT_GATE_HEADROOM
 from workers.link import Link
 from zico.cluster.models import Device
 from zico.jobs.models import Event, Job
-from zico.jobs.transitions import transition_many
+from zico.jobs.lifecycle import transition_many
 from zico_contracts import keys
 from zico.telemetry.consumer import ControlConsumer
 from zico.telemetry.models import TelemetryGap, TimelinePoint, prune
+from zico.jobs.lifecycle import transition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -201,7 +202,7 @@ def test_a_telemetry_gap_is_stored(consumer, link, make_device):
 def test_silent_worker_is_declared_lost_and_its_jobs_requeued_with_an_event(redis_url, r, link, tenant, make_device, make_placed_job):
     dev = make_device()
     job, placement = make_placed_job(tenant, dev)
-    job.transition("running", device=dev)
+    transition(job, "running", device=dev)
     consumer = ControlConsumer(redis_url, name="test", block_ms=20, lost_after_s=0.5)
     link.heartbeat({"pid": 1})
     consumer.tick()
@@ -233,7 +234,7 @@ def test_a_job_lost_too_often_fails(redis_url, r, link, tenant, settings, make_d
 def test_a_restarted_worker_process_strands_its_running_jobs(consumer, link, tenant, make_device, make_placed_job):
     dev = make_device()
     job, placement = make_placed_job(tenant, dev)
-    job.transition("running", device=dev)
+    transition(job, "running", device=dev)
     link.emit("worker_up", kind="cpu", index=0, name="CPU pool", uuid="", total_bytes=4 << 30, host="h1",
               pid=999, slots=2, started_at=time.time() + 1)
     link.flush()
@@ -245,8 +246,8 @@ def test_a_restarted_worker_process_strands_its_running_jobs(consumer, link, ten
 def test_cancelled_jobs_on_an_active_placement_get_a_cancel_request(consumer, link, tenant, r, make_device, make_placed_job):
     dev = make_device()
     job, _ = make_placed_job(tenant, dev)
-    job.transition("running", device=dev)
-    job.transition("cancelled")
+    transition(job, "running", device=dev)
+    transition(job, "cancelled")
     consumer.tick()
     assert link.stop_requested(job.pk, None) == "cancelled"
 

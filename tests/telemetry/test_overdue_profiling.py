@@ -8,13 +8,14 @@ from django.utils import timezone
 from workers.link import Link
 from zico.jobs.models import Job
 from zico.telemetry.consumer import ControlConsumer
+from zico.jobs.lifecycle import transition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _profiling_job(tenant, started_s_ago: float) -> Job:
     job = Job.objects.create(tenant=tenant, workload="digits-cnn", params={})
-    job.transition("profiling")
+    transition(job, "profiling")
     Job.objects.filter(pk=job.pk).update(status_changed_at=timezone.now() - timedelta(seconds=started_s_ago))
     return job
 

@@ -21,7 +21,8 @@ from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
 from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.testing import make_personas
+from tests.support.tenants import make_personas
+from zico.jobs.lifecycle import transition
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -90,9 +91,9 @@ def cluster(personas, rdb):
     rival_job = submit_job(tenant=p.other_tenant, owner=p.outsider, workload="digits-cnn", params={},
                            name="rival-secret-model")
     for job in (acme_job, rival_job):
-        job.transition("ready")
-        job.transition("placed", device=device)
-        job.transition("running", device=device)
+        transition(job, "ready")
+        transition(job, "placed", device=device)
+        transition(job, "running", device=device)
     placement = Placement.objects.create(device=device, plan={  # the layout of SharingPlan.to_dict()
         "job_ids": [acme_job.pk, rival_job.pk], "mode": "shift",
         "predicted_slowdown": [1.05, 1.05], "budget_bytes": 72 * GIB, "predicted_peak_bytes": 61 * GIB,

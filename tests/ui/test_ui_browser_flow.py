@@ -7,7 +7,8 @@ import pytest
 from playwright.sync_api import expect
 
 from zico.jobs.models import Job
-from zico.tenants.testing import PASSWORD
+from tests.support.tenants import PASSWORD
+from zico.jobs.lifecycle import transition
 
 GIB = 1 << 30
 
@@ -46,7 +47,7 @@ def test_sign_in_submit_invalid_then_valid_and_see_it_listed(page, personas):
     expect(row).to_contain_text("browser run")
     expect(row.locator(".badge")).to_have_text("queued")
     page.evaluate("window.__same_page = true")
-    job.transition("profiling")                                # the list follows without a reload
+    transition(job, "profiling")                                # the list follows without a reload
     expect(row.locator(".badge")).to_have_text("profiling", timeout=5000)
     assert page.evaluate("window.__same_page") is True
 

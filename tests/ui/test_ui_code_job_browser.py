@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from zico.jobs.models import Job
 from zico.jobs.outputs import store_output_file
-from zico.jobs.testing import project
+from tests.support.jobs import project
 from zico_contracts import joblog
 
 

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from zico.jobs.models import Job
 from zico.jobs.submission import submit_job
+from zico.jobs.lifecycle import transition
 
 MIB = 1 << 20
 
@@ -17,7 +18,7 @@ def _jobs_with_samples(personas, cluster, publish, names):
     for name in names:
         j = submit_job(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn", params={}, name=name)
         for to in ("ready", "placed", "running"):
-            j.transition(to, device=cluster.device)
+            transition(j, to, device=cluster.device)
         jobs.append(j)
     t = time.time()
     for k in range(3):

@@ -11,6 +11,8 @@ from placement.curves import triangular_curve
 from zico.cluster.models import Device, Node
 from zico.jobs.models import Job, MemoryProfile
 from zico.scheduling.service import Scheduler
+from zico.jobs.lifecycle import transition
+from zico.jobs import lifecycle
 
 GIB = 1 << 30
 
@@ -32,7 +34,7 @@ def test_a_job_placed_by_the_scheduler_shows_its_plan(gpu, personas, client_for)
         job = Job.objects.create(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn",
                                  params={"iterations": 50})
         MemoryProfile.record(job, triangular_curve(2 * GIB, 10 * GIB, 0.2))
-        job.transition("ready")
+        transition(job, "ready")
         jobs.append(job)
     res = Scheduler().run_round()
     assert sorted(res.placed) == sorted(j.pk for j in jobs)
@@ -60,8 +62,8 @@ def test_a_plan_without_per_job_lists_still_renders(gpu, personas, client_for):
     from zico.cluster.models import Placement
 
     job = Job.objects.create(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn", params={})
-    job.transition("ready")
-    placement = Placement.open(gpu, [job], {"budget_bytes": 16 * GIB})
+    transition(job, "ready")
+    placement = lifecycle.place(gpu, [job], {"budget_bytes": 16 * GIB})
     assert placement.plan_by_job() == {}
     assert client_for(personas.owner).get(f"/jobs/{job.pk}/").status_code == 200
     # lists of another length than job_ids, or ids that are no integers: no figures, no error

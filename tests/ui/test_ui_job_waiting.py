@@ -12,6 +12,7 @@ from placement.curves import triangular_curve
 from zico.cluster.models import Device, Node
 from zico.jobs.models import Job, MemoryProfile
 from zico.scheduling.service import Scheduler
+from zico.jobs.lifecycle import transition
 
 GIB = 1 << 30
 CURVE = dataclasses.replace(triangular_curve(2 * GIB, 10 * GIB, 0.2), meta={"compute_share": 0.86})
@@ -28,7 +29,7 @@ def test_the_waiting_line_appears_with_the_reason_and_goes_once_placed(page, sig
         job = Job.objects.create(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn",
                                  params={"iterations": 50})
         MemoryProfile.record(job, CURVE)
-        job.transition("ready")
+        transition(job, "ready")
         jobs.append(job)
     first, second = jobs
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)

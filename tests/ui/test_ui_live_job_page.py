@@ -13,6 +13,7 @@ from workers.link import Link
 from zico.cluster.models import Placement
 from zico.jobs.submission import submit_job
 from zico.telemetry.consumer import ControlConsumer
+from zico.jobs.lifecycle import transition
 
 MIB = 1 << 20
 CURVE = {"version": 1, "source": "allocator-trace", "device": "cuda:0", "iteration_s": 0.05,
@@ -56,7 +57,7 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     expect(page.locator("#stat-eta")).to_contain_text("position 1 in the queue")
     expect(page.locator("#curve-chart")).to_be_hidden()
 
-    job.transition("profiling")                                   # the scheduler sends it to be profiled
+    transition(job, "profiling")                                   # the scheduler sends it to be profiled
     send("profile_done", job=job.pk, curve=CURVE)                 # the worker's curve
     expect(page.locator("#job-status")).to_have_text("ready", timeout=5000)
     expect(page.locator("#curve-chart")).to_be_visible(timeout=5000)
@@ -67,7 +68,7 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
         "job_ids": [job.pk], "mode": "independent", "predicted_slowdown": [1.0],
         "budget_bytes": 72 << 30, "predicted_peak_bytes": 192 * MIB, "sum_of_peaks_bytes": 192 * MIB})
     placement.jobs.add(job)
-    job.transition("placed", device=cluster.device)               # the scheduler places it
+    transition(job, "placed", device=cluster.device)               # the scheduler places it
     expect(page.locator("#panel-plan")).to_contain_text(cluster.device.name, timeout=5000)
     expect(page.locator("#panel-plan .tag")).to_have_text("active")
 
@@ -91,12 +92,12 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     # job first); the running job stays linked to its own placement.
     partner = submit_job(tenant=personas.tenant, owner=personas.owner, workload="digits-cnn",
                          params={"iterations": 100, "batch_size": 16}, name="live-partner")
-    partner.transition("ready")
+    transition(partner, "ready")
     group = Placement.objects.create(device=cluster.device, plan={
         "job_ids": [job.pk, partner.pk], "mode": "shift", "predicted_slowdown": [1.15, 1.2],
         "budget_bytes": 72 << 30, "predicted_peak_bytes": 300 * MIB, "sum_of_peaks_bytes": 384 * MIB})
     group.jobs.add(partner)
-    partner.transition("placed", device=cluster.device)
+    transition(partner, "placed", device=cluster.device)
     plan = page.locator("#panel-plan")
     expect(plan).to_contain_text("live-partner", timeout=5000)
     expect(plan).to_contain_text("Its group changed")

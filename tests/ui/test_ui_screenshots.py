@@ -18,6 +18,7 @@ from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.submission import submit_job
 from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
+from zico.jobs.lifecycle import transition
 
 GIB = 1 << 30
 PERIOD_S = 4.0
@@ -52,7 +53,7 @@ def build_cluster(p, publish, now: float):
         j = submit_job(tenant=getattr(p, tenant), owner=getattr(p, owner), workload=workload, params=params,
                        budget_bytes=(peak + 3) * GIB, name=name)
         for to in ("ready", "placed", "running"):
-            j.transition(to, device=dev)
+            transition(j, to, device=dev)
         pts = [[i / 50, bytes_at(i / 50 * PERIOD_S, pers, peak, 0)] for i in range(51)]
         MemoryProfile.record(j, {"version": 1, "source": "allocator-trace", "device": "cuda:0",
                                  "iteration_s": PERIOD_S, "persistent_bytes": pers * GIB,
@@ -117,17 +118,17 @@ def build_cluster(p, publish, now: float):
 def more_jobs(p):
     done = submit_job(tenant=p.tenant, owner=p.owner, workload="digits-cnn", params={}, name="digits-baseline")
     for to in ("ready", "placed", "running"):
-        done.transition(to)
-    done.transition("succeeded", metrics={"iterations_per_s": 41.3, "peak_allocated_bytes": 310 * (1 << 20)})
+        transition(done, to)
+    transition(done, "succeeded", metrics={"iterations_per_s": 41.3, "peak_allocated_bytes": 310 * (1 << 20)})
     Job.objects.filter(pk=done.pk).update(progress_iteration=150)
     failed = submit_job(tenant=p.tenant, owner=p.teammate, workload="resnet18", params={"batch_size": 512},
                         name="resnet18-sweep-3")
-    failed.transition("failed", reason="profiling: CUDA out of memory at batch 512")
+    transition(failed, "failed", reason="profiling: CUDA out of memory at batch 512")
     submit_job(tenant=p.tenant, owner=p.owner, workload="resnet18", params={"batch_size": 128},
                name="resnet18-ablation")
     prof = submit_job(tenant=p.tenant, owner=p.teammate, workload="gpt2-small", params={"data": "synthetic"},
                       name="gpt2-distill")
-    prof.transition("profiling")
+    transition(prof, "profiling")
 
 
 def _dt(s: float) -> datetime:
@@ -244,7 +245,7 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
         j = submit_job(tenant=p.tenant, owner=p.owner, workload="digits-cnn", params={"iterations": 60}, name=name)
         Job.objects.filter(pk=j.pk).update(created_at=_dt(now - 100))
         j.refresh_from_db()
-        j.transition("profiling")
+        transition(j, "profiling")
         link.emit("profile_done", job=j.pk, curve=curve)
         pair.append((j, shift))
     drain()
@@ -255,7 +256,7 @@ def test_a_run_and_a_memory_handover_are_captured(page, sign_in, personas, tmp_p
     placement.jobs.set([j for j, _ in pair])
     for j, _ in pair:
         j.refresh_from_db()
-        j.transition("placed", device=dev)
+        transition(j, "placed", device=dev)
         link.emit("job_started", job=j.pk, placement=placement.pk, resumed_from=0, iterations=60)
     drain()
     Event.objects.filter(job__in=[j for j, _ in pair]).update(time=_dt(now - 95))

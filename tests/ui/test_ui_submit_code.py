@@ -11,7 +11,7 @@ from zico.jobs.code import store_archive
 from zico.jobs.models import CodeArchive, Job
 from zico.jobs.outputs import store_output_file
 from zico.jobs.submission import submit_job
-from zico.jobs.testing import project, tar_gz
+from tests.support.jobs import project, tar_gz
 
 pytestmark = pytest.mark.django_db
 

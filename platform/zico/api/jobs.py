@@ -11,9 +11,10 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from zico.cluster.models import Placement
+from zico.jobs import lifecycle
 from zico.jobs.models import PRIORITY_MAX, PRIORITY_MIN, CodeArchive, Job, MemoryProfile
 from zico.jobs.submission import JobSpecError, submit_job
-from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
+from zico.jobs.transitions import CANCELLABLE, IllegalTransition
 from zico.ratelimits import ApiUseThrottle, JobSubmitUserThrottle, check_job_submit_tenant, count_job_submission
 from zico.tenants.models import Role, Tenant
 
@@ -225,8 +226,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
             return Response({"detail": f"job {job.pk} has already ended ({job.status})"},
                             status=status.HTTP_409_CONFLICT)
         try:
-            job.transition(JobStatus.CANCELLED, reason=f"cancelled by {request.user.get_username()}",
-                           actor=request.user)
+            lifecycle.cancel(job, request.user, f"cancelled by {request.user.get_username()}")
         except IllegalTransition as exc:  # it ended between our read and the locked write
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(JobSerializer(job).data)

@@ -19,7 +19,7 @@ from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from zico.jobs.transitions import on_device_q
+from zico.jobs.models import on_device_q
 from zico.tenants.models import QUOTA_FIELDS, SETTINGS_FIELDS, Membership, Role, RoleError, Tenant
 
 from .access import field_error, is_cluster_admin, refuse_other_keys, require_manager
@@ -41,7 +41,7 @@ class TenantSerializer(serializers.ModelSerializer):
         return tenant.role_of(self.context["request"].user)
 
     def get_running_jobs(self, tenant) -> int:
-        return tenant.jobs.filter(on_device_q()).count()  # the quota's count (Placement.open_many)
+        return tenant.jobs.filter(on_device_q()).count()  # the quota's count (lifecycle.place_many)
 
     def get_budgeted_bytes(self, tenant) -> int:
         return tenant.jobs.unfinished().aggregate(s=models.Sum("budget_bytes"))["s"] or 0

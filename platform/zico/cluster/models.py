@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.utils import timezone
 
 from placement.gating import DEFAULT_GATE_HEADROOM, minimal_feasible_budget, planning_curve
+from zico.jobs.code import code_spec
+from zico.jobs.events import Event
+from zico.jobs.models import Job, MemoryProfile
+from zico.jobs.transitions import ON_DEVICE
 from zico_contracts.queues import device_key, device_queue
+from zico_contracts.specs import RunSpec
 
 # Note [Budget floor]
 #     No device or job budget below 64 MiB is accepted (a device smaller than that may use its whole total).
@@ -118,11 +124,17 @@ class Device(models.Model):
         ]
 
     def __str__(self) -> str:
-        return device_key(self.kind, self.node.host, self.index)  # the one spelling: gpu.node1.0
+        return self.key  # the one spelling: gpu.node1.0
 
     @property
     def host(self) -> str:
         return self.node.host
+
+    @property
+    def key(self) -> str:
+        """The device's one name on the wire (Redis keys, channels, samples): ``<kind>.<host>.<index>``, as
+        zico_contracts.queues.device_key writes it. Reads ``node`` (select_related it for many devices)."""
+        return device_key(self.kind, self.node.host, self.index)
 
     @property
     def queue(self) -> str:
@@ -147,8 +159,6 @@ class Device(models.Model):
                 A budget of 0 is refused: a device that should take no new jobs is set to status draining.
             BudgetConflict: the budget is below the running group's need (see the Note); nothing is written.
         """
-        from zico.jobs.models import Event
-
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int):
             raise BudgetError("budget_bytes", f"expected an integer number of bytes, got {budget_bytes!r}")
         if budget_bytes <= 0:
@@ -160,7 +170,7 @@ class Device(models.Model):
         if budget_bytes < floor:
             raise BudgetError("budget_bytes", f"{budget_bytes} bytes is below the floor of {floor} bytes "
                                               f"({floor >> 20} MiB, zico.cluster.models.MIN_BUDGET_BYTES)")
-        # Lock the row as Placement.open_many does, so no group is placed between this check and the write.
+        # Lock the row as lifecycle.place_many does, so no group is placed between this check and the write.
         locked = Device.objects.select_for_update().get(pk=self.pk)
         need, job_ids = locked.running_group_need()
         if budget_bytes < need:
@@ -191,12 +201,10 @@ class Device(models.Model):
             DeviceStatusError: ``status`` is not ``online`` or ``draining``.
             DeviceStatusConflict: the device is offline; nothing is written.
         """
-        from zico.jobs.models import Event
-
         if status not in self.SETTABLE_STATUSES:
             raise DeviceStatusError("status", f"{status!r} cannot be set: one of online, draining (offline follows "
                                               "the device's worker)")
-        locked = Device.objects.select_for_update().get(pk=self.pk)  # as Placement.open_many locks it
+        locked = Device.objects.select_for_update().get(pk=self.pk)  # as lifecycle.place_many locks it
         if locked.status == Status.OFFLINE:
             raise DeviceStatusConflict("status", f"{self} is offline (its worker is lost or stopped); its status "
                                                  "follows the worker until the worker is back")
@@ -210,9 +218,6 @@ class Device(models.Model):
     def running_group_need(self) -> tuple[int, list[int]]:
         """(least budget in bytes the jobs placed or running here can run under, their ids): see
         Note [Budget under running jobs]. (0, []) when no such job has a stored curve."""
-        from zico.jobs.models import Job, MemoryProfile
-        from zico.jobs.transitions import ON_DEVICE
-
         ids = sorted(set(Job.objects.filter(status__in=ON_DEVICE, placements__device=self,
                                             placements__ended_at__isnull=True).values_list("pk", flat=True)))
         curves, with_curve = [], []
@@ -244,8 +249,8 @@ class PlacementQuerySet(models.QuerySet):
 
 
 class Placement(models.Model):
-    """Jobs co-located on one device under one sharing plan; written only by the scheduler (which also opens
-    one for a script job alone, to be profiled as its run starts: :meth:`open_many` with ``profiling``).
+    """Jobs co-located on one device under one sharing plan; opened only by the scheduler, through
+    :func:`zico.jobs.lifecycle.place_many` (also for a script job alone, to be profiled as its run starts).
 
     ``plan`` is the sharing plan as JSON, as ``placement.state.SharingPlan.to_dict()`` writes it
     (the placement package owns the schema): ``{"job_ids": [3, 5],
@@ -281,157 +286,6 @@ class Placement(models.Model):
     def __str__(self) -> str:
         return f"placement {self.pk} on {self.device}"
 
-    @classmethod
-    def open(cls, device: Device, jobs, plan: dict | None = None, *, actor=None) -> "Placement":
-        """Place ``jobs`` (all ``ready``) on ``device`` under ``plan``, atomically: a one-group
-        :meth:`open_many`, whose :meth:`_refusal` holds the one copy of the rules.
-
-        Creates the Placement, moves every job ready → placed (a status_change Event each) and
-        records one ``placement`` Event per tenant involved. Jobs on one device share one worker
-        process (docs/architecture.md), so jobs of different tenants — counting jobs already placed or running
-        on the device — may meet only when every tenant involved allows cross-tenant co-location.
-
-        Raises:
-            PlacementError: no jobs, the device is not online, the co-location policy forbids it, or a
-                tenant would exceed its ``max_running_jobs`` quota (jobs placed or running, any device).
-            zico.jobs.transitions.IllegalTransition: a job is not ``ready``; nothing is written.
-            ValueError: a job is listed twice.
-        """
-        [placement] = cls.open_many([(device, jobs, plan)], actor=actor)  # the rules live there, once
-        if isinstance(placement, Exception):
-            raise placement
-        return placement
-
-    @classmethod
-    def open_many(cls, groups, *, actor=None, profiling: bool = False) -> list:
-        """Open many placements at once, with the checks and records of :meth:`open` for each.
-
-        ``profiling``: the jobs are ``queued`` script jobs without a curve, each to be profiled as its run starts
-        (Note [A script's profile is the start of its run] in workers/runner.py); they move queued →
-        profiling (the device in ``Job.profiling_device``) instead of ready → placed.
-
-        ``groups`` is a list of ``(device, jobs, plan)``; the result is aligned with it: the new
-        Placement, or the PlacementError / IllegalTransition that refused that group (a refused
-        group writes nothing; the others go ahead). Groups are judged in order as if opened one
-        after another: a group counts the jobs of the groups accepted before it (same device for
-        the co-location policy, same tenant for the running-jobs quota).
-
-        A fixed number of queries whatever the number of groups: devices,
-        tenants and jobs locked in id order with one ``SELECT … FOR UPDATE`` each, the jobs
-        already on those devices and the per-tenant count of jobs placed or running read once,
-        then one bulk insert of placements, of their job links and of the placement Events, and
-        one :func:`zico.jobs.transitions.transition_many` (ready → placed, one status_change Event
-        per job, a conditional UPDATE whose row count is checked).
-
-        Raises:
-            ValueError: a job appears in two groups.
-        """
-        from zico.jobs.models import Event, Job
-        from zico.jobs.transitions import JobStatus, on_device_q, transition_many
-        from zico.tenants.models import Tenant
-
-        groups = [(device, list(jobs), plan or {}) for device, jobs, plan in groups]
-        all_ids = [j.pk for _, jobs, _ in groups for j in jobs]
-        if len(set(all_ids)) != len(all_ids):
-            dup = next(pk for pk in all_ids if all_ids.count(pk) > 1)
-            raise ValueError(f"groups: job {dup} is listed twice (in more than one group, or twice in one)")
-        out: list = [None] * len(groups)
-        with transaction.atomic():
-            devices = {d.pk: d for d in Device.objects.select_for_update().select_related("node")
-                       .filter(pk__in={d.pk for d, _, _ in groups}).order_by("pk")}
-            # tenants of the jobs already placed or running on these devices, per device
-            on_dev: dict[int, set[int]] = {}
-            for dev_id, tenant_id in (Job.objects.filter(on_device_q(), placements__device__in=list(devices),
-                                                         placements__ended_at__isnull=True)
-                                      .values_list("placements__device_id", "tenant_id").order_by().distinct()):
-                on_dev.setdefault(dev_id, set()).add(tenant_id)
-            tenant_ids = {j.tenant_id for _, jobs, _ in groups for j in jobs} | set().union(*on_dev.values())
-            # Locked, so two placements on different devices cannot both slip under a running-jobs quota.
-            tenants = {t.pk: t for t in Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk")}
-            counts = dict(Job.objects.filter(on_device_q(), tenant_id__in=tenant_ids)
-                          .values_list("tenant_id").annotate(n=models.Count("pk")).order_by())
-            status = dict(Job.objects.select_for_update().filter(pk__in=all_ids).order_by("pk")
-                          .values_list("pk", "status"))
-            accepted = []
-            for i, (device, jobs, plan) in enumerate(groups):
-                out[i] = err = cls._refusal(devices.get(device.pk), jobs, tenants, on_dev, counts, status,
-                                            JobStatus.QUEUED if profiling else JobStatus.READY)
-                if err is None:
-                    dev = devices[device.pk]
-                    on_dev.setdefault(dev.pk, set()).update(j.tenant_id for j in jobs)
-                    for j in jobs:
-                        counts[j.tenant_id] = counts.get(j.tenant_id, 0) + 1
-                    accepted.append(i)
-            made = cls.objects.bulk_create([cls(device=devices[groups[i][0].pk], plan=groups[i][2]) for i in accepted])
-            links, moved, dev_of, det_of, events = [], [], {}, {}, []
-            for i, placement in zip(accepted, made):
-                _, jobs, _ = groups[i]
-                out[i] = placement
-                dev = placement.device
-                links += [cls.jobs.through(placement_id=placement.pk, job_id=j.pk) for j in jobs]
-                for j in jobs:
-                    moved.append(j)
-                    dev_of[j.pk], det_of[j.pk] = dev, {"placement": placement.pk}
-                involved = sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))
-                events += cls._placement_events(placement, jobs, involved, tenants, actor)
-            cls.jobs.through.objects.bulk_create(links)
-            transition_many(moved, JobStatus.PROFILING if profiling else JobStatus.PLACED, actor=actor,
-                            devices_by_job=dev_of, details_by_job=det_of,
-                            reason="placed alone to be profiled as its run starts" if profiling else "")
-            Event.objects.bulk_create(events)
-        return out
-
-    @staticmethod
-    def _refusal(dev, jobs, tenants, on_dev, counts, status, expected: str = "ready"):
-        """Why :meth:`open_many` refuses one group (an exception to return), or None: the placement
-        rules (see :meth:`open`), judged on the state read under locks plus the groups accepted before.
-
-        ``dev`` is the locked Device or None (gone); ``tenants`` maps id -> Tenant; ``on_dev`` maps
-        device id -> ids of the tenants with jobs on it; ``counts`` maps tenant id -> jobs placed or
-        running; ``status`` maps job id -> its locked status, which must be ``expected``.
-        """
-        from zico.jobs.transitions import IllegalTransition, JobStatus
-
-        if not jobs:
-            return PlacementError("jobs: a placement needs at least one job")
-        if dev is None or dev.status != Status.ONLINE:
-            return PlacementError(f"device: {dev or 'the device'} is {dev.status if dev else 'gone'}, not online")
-        involved = sorted((tenants[t] for t in {j.tenant_id for j in jobs} | on_dev.get(dev.pk, set())),
-                          key=lambda t: t.slug)  # the Tenant ordering, as the messages name them
-        if len(involved) > 1 and not all(t.allow_cross_tenant_colocation for t in involved):
-            refusing = ", ".join(t.slug for t in involved if not t.allow_cross_tenant_colocation)
-            return PlacementError(f"jobs: tenants {refusing} do not allow sharing {dev} with other tenants")
-        for t in involved:
-            adding = sum(j.tenant_id == t.pk for j in jobs)
-            if adding and counts.get(t.pk, 0) + adding > t.max_running_jobs:
-                return PlacementError(f"jobs: tenant {t.slug} would have {counts.get(t.pk, 0) + adding} jobs placed "
-                                      f"or running, over its quota of {t.max_running_jobs}")
-        for j in jobs:
-            if status.get(j.pk) != expected:
-                return IllegalTransition(j.pk, status.get(j.pk, "missing"),
-                                         JobStatus.PLACED if expected == JobStatus.READY else JobStatus.PROFILING)
-        return None
-
-    @staticmethod
-    def _placement_events(placement, jobs, involved, tenants, actor) -> list:
-        """The ``placement`` Events of :meth:`open` (one per tenant with jobs in it), unsaved."""
-        from zico.jobs.models import Event
-
-        if actor is not None and not getattr(actor, "is_authenticated", False):
-            actor = None
-        # Each tenant's event names only its own jobs, and carries the plan (which names every co-located
-        # job) only when no other tenant is involved: other tenants' jobs are not theirs to see.
-        shared = len(involved) > 1
-        events = []
-        for tid in involved:
-            mine = [j.pk for j in jobs if j.tenant_id == tid]
-            if mine:
-                details = {"placement": placement.pk, "jobs": mine, "shared_with_other_tenants": shared,
-                           "plan": None if shared else placement.plan}
-                events.append(Event(kind=Event.Kind.PLACEMENT, tenant=tenants[tid], device=placement.device,
-                                    actor=actor, details=details))
-        return events
-
     @property
     def is_active(self) -> bool:
         return self.ended_at is None
@@ -447,11 +301,6 @@ class Placement(models.Model):
         ``time_limit_s`` (``settings.ZICO_PROFILE_TIME_LIMIT_S``; Note [A script's profile is the start of its
         run] in workers/runner.py). Raises zico_contracts.specs.SpecError naming the field when the spec would
         be refused by the worker."""
-        from django.conf import settings
-
-        from zico.jobs.code import code_spec
-        from zico_contracts.specs import RunSpec
-
         profile = None
         if curve is None and job.code_id is not None:
             profile = {"time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}

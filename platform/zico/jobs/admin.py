@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 
 from zico.admin_views import ViewOnlyAdmin
 
+from . import lifecycle
 from .models import CodeArchive, Event, Job, JobFile, JobLog, MemoryProfile
 from .transitions import CANCELLABLE, IllegalTransition
 
@@ -38,7 +39,7 @@ class JobAdmin(admin.ModelAdmin):
         done = 0
         for job in queryset.filter(status__in=CANCELLABLE):
             try:
-                job.transition("cancelled", reason="cancelled by admin", actor=request.user)
+                lifecycle.cancel(job, request.user, "cancelled by admin")
                 done += 1
             except IllegalTransition as exc:
                 self.message_user(request, str(exc), messages.WARNING)

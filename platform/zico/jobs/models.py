@@ -1,6 +1,6 @@
 """Training jobs, their memory profiles, and the audit Event log.
 
-Status changes go only through :func:`zico.jobs.transitions.transition` (also ``Job.transition``);
+Status changes go only through the verbs of :mod:`zico.jobs.lifecycle`;
 submissions go through :func:`zico.jobs.submission.submit_job`, which validates the spec.
 """
 from __future__ import annotations
@@ -14,8 +14,11 @@ from django.db import models
 from django.utils import timezone
 
 from placement.curves import SOURCES, CurveError, MemoryCurve, curve_from_dict
+from zico.tenants.models import Role
+from zico_contracts.specs import ProfileSpec
 
-from .transitions import ALL_STATUSES, TERMINAL, IllegalTransition, JobStatus, transition  # noqa: F401 (re-exported)
+from .code import code_spec
+from .transitions import ALL_STATUSES, ON_DEVICE, TERMINAL, JobStatus
 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 
@@ -35,6 +38,15 @@ class JobQuerySet(models.QuerySet):
 
     def unfinished(self) -> "JobQuerySet":
         return self.exclude(status__in=TERMINAL)
+
+
+def on_device_q(prefix: str = "") -> models.Q:
+    """A Q for the jobs that hold (or are about to hold) memory on a device: placed or running, or profiling
+    in a placement of their own (a script job whose profile is the start of its run). ``prefix`` reaches the
+    job through a relation (``"jobs__"``). A subquery, not a join, so counts stay one row per job."""
+    in_placement = Job.placements.through.objects.filter(placement__ended_at__isnull=True).values("job_id")
+    return models.Q(**{f"{prefix}status__in": ON_DEVICE}) | models.Q(**{f"{prefix}status": JobStatus.PROFILING,
+                                                                        f"{prefix}pk__in": in_placement})
 
 
 class Job(models.Model):
@@ -118,14 +130,8 @@ class Job(models.Model):
     def is_finished(self) -> bool:
         return self.status in TERMINAL
 
-    def transition(self, to: str, *, reason: str = "", actor=None, **details: Any) -> "Job":
-        """Move to status ``to``; see :func:`zico.jobs.transitions.transition` (raises IllegalTransition)."""
-        return transition(self, to, reason=reason, actor=actor, **details)
-
     def can_be_cancelled_by(self, user) -> bool:
         """Cluster staff, an admin/owner of the job's tenant, or its owner while still role member or higher."""
-        from zico.tenants.models import Role
-
         if not getattr(user, "is_authenticated", False):
             return False
         if user.is_staff or self.tenant.has_role(user, Role.ADMIN):
@@ -138,10 +144,6 @@ class Job(models.Model):
         and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants),
         ``job_budget_bytes`` the job's own budget (the agent's hard cap), plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
         zico_contracts.specs.ProfileSpec, the class the worker parses it with."""
-        from zico_contracts.specs import ProfileSpec
-
-        from .code import code_spec
-
         return ProfileSpec(job=self.pk, workload=self.workload, params=self.params or {},
                            time_limit_s=float(settings.ZICO_PROFILE_TIME_LIMIT_S), tenant=self.tenant_id,
                            code=code_spec(self), job_budget_bytes=self.budget_bytes).to_dict()
@@ -217,57 +219,5 @@ class MemoryProfile(models.Model):
             raise ValidationError({"source": f"{self.source!r} disagrees with the curve's source {c.source!r}"})
 
 
-class Event(models.Model):
-    """An audit record: who or what changed something, when, and the details."""
-
-    class Kind(models.TextChoices):
-        STATUS_CHANGE = "status_change", "Status change"
-        PLACEMENT = "placement", "Placement"
-        DELAY = "delay", "Delay"
-        BUDGET_CHANGE = "budget_change", "Budget change"
-        OOM_PREVENTED = "oom_prevented", "OOM prevented"
-        WORKER_LOST = "worker_lost", "Worker lost"
-        ROLE_CHANGE = "role_change", "Role change"
-        QUOTA_CHANGE = "quota_change", "Quota change"
-        TENANT_CHANGE = "tenant_change", "Tenant settings change"
-        OUTAGE = "outage", "Service outage"  # Redis or the database unreachable, recorded once it is back
-        WAITING = "waiting", "Waiting"  # the scheduler's reason for not placing the job changed
-        DEVICE_STATUS = "device_status", "Device status change"  # staff set a device draining or online again
-        PROFILE = "profile", "Memory curve attached"  # a member attached a snapshot's curve to the job
-
-    time = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
-    kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.SET_NULL, null=True, blank=True,
-                               related_name="events", editable=False)
-    device = models.ForeignKey("cluster.Device", on_delete=models.SET_NULL, null=True, blank=True,
-                               related_name="events", editable=False)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="events",
-                            editable=False)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="+", editable=False, help_text="empty: the system did it")
-    details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder, editable=False)
-
-    class Meta:
-        ordering = ["-time", "-id"]
-        indexes = [models.Index(fields=["tenant", "-time"], name="event_tenant_time"),
-                   models.Index(fields=["kind", "-time"], name="event_kind_time")]
-
-    def __str__(self) -> str:
-        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.kind}"
-
-    @classmethod
-    def record(cls, kind: str, *, tenant=None, device=None, job=None, actor=None, **details: Any) -> "Event":
-        """Write one event; ``tenant`` defaults to the job's. ``actor`` may be a user or None/anonymous.
-
-        Raises ValueError on an unknown kind.
-        """
-        if kind not in cls.Kind.values:
-            raise ValueError(f"unknown event kind {kind!r} (expected one of {', '.join(cls.Kind.values)})")
-        if tenant is None and job is not None:
-            tenant = job.tenant_id and job.tenant
-        if actor is not None and not getattr(actor, "is_authenticated", False):
-            actor = None
-        return cls.objects.create(kind=kind, tenant=tenant, device=device, job=job, actor=actor, details=details)
-
-
+from .events import Event  # noqa: E402,F401 (a model of the app, registered here; zico.jobs.events)
 from .code_models import CodeArchive, JobFile, JobLog  # noqa: E402,F401 (models of the app, registered here)

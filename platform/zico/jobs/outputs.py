@@ -30,6 +30,7 @@ from zico_contracts import joblog
 from zico_contracts.codearchive import ArchiveError, check_member_path
 
 from .code_models import JobFile, JobLog, job_dir
+from .models import Job
 
 CURSOR_RE = re.compile(r"\d{1,20}-\d{1,20}")
 PAGE_MAX = 5000
@@ -108,8 +109,6 @@ def _line_json(line: dict) -> bytes:
 def archive_log(job, r) -> JobLog:
     """Copy ``job``'s Redis stream into its stored log, once (Note [A job's log, live then stored]); the
     stream is deleted after the commit. ``r`` is a redis-py client. Raises redis errors when Redis is down."""
-    from .models import Job
-
     with transaction.atomic():
         Job.objects.select_for_update().filter(pk=job.pk).first()  # one archiver at a time per job
         existing = JobLog.objects.filter(job_id=job.pk).first()

@@ -18,7 +18,7 @@ One round:
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
    job waits — and opens the placements with
-   :meth:`zico.cluster.models.Placement.open_many` (a fixed number of queries per call), which
+   :func:`zico.jobs.lifecycle.place_many` (a fixed number of queries per call), which
    re-checks under row locks that every job is still ``ready``, the device online and the
    tenant rules kept (the conditional claim: a job moved by anyone else meanwhile is skipped,
    never placed twice) — ``CHUNK_DEVICES`` devices per transaction;
@@ -46,10 +46,12 @@ from redis.exceptions import RedisError
 from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 from placement import reasons
 from placement.policies import FirstFitFifo, MemoryAware, Policy
+from placement.tenancy import refusing_tenants
 from zico.cluster.models import Device, Placement, Status
 from zico.jobs import known
-from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import JobStatus, on_device_q, transition_many, try_transition
+from zico.jobs import lifecycle
+from zico.jobs.models import Job, MemoryProfile, on_device_q
+from zico.jobs.transitions import JobStatus
 from zico.tenants.models import Tenant
 from zico_contracts import tasks
 
@@ -61,7 +63,7 @@ log = logging.getLogger(__name__)
 
 # pg advisory lock key of the scheduling round ("zico-sch" as an int64)
 ROUND_LOCK_KEY = 0x7A69636F2D736368
-CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one Placement.open_many)
+CHUNK_DEVICES = 128  # devices whose placements are opened in one transaction (one lifecycle.place_many)
 SEND_BATCH = 1000  # broker commands buffered before a pipeline is sent
 POLICIES = ("memory-aware", "fifo")  # names of make_policy (runscheduler --policy)
 RUN_TASK = tasks.RUN_JOB
@@ -184,7 +186,7 @@ class Scheduler:
             clock("snapshot")
             with transaction.atomic():
                 for job, why in snap.unplaceable:
-                    if try_transition(job, JobStatus.FAILED, reason=f"cannot be placed: {why}"):
+                    if lifecycle.fail(job, f"cannot be placed: {why}"):
                         res.failed.append(job.pk)
             by_device: dict[int, list] = defaultdict(list)
             decision = self.policy.decide(snap.state)
@@ -228,7 +230,7 @@ class Scheduler:
             return
         with_curve = set(MemoryProfile.objects.filter(job__in=queued).values_list("job_id", flat=True))
         ready = [j for j in queued if j.pk in with_curve]
-        transition_many(ready, JobStatus.READY, reason="memory curve known")
+        lifecycle.mark_ready(ready, "memory curve known")
         res.ready += [j.pk for j in ready]
         left, estimated = self._known_needs([j for j in queued if j.pk not in with_curve], res)
         left, held = _one_profile_per_kind(left)
@@ -244,7 +246,7 @@ class Scheduler:
                 res.waiting.update({j.pk: why for j in left})
                 waiting.record([(j, why) for j in left], JobStatus.QUEUED)
             return
-        transition_many(left, JobStatus.PROFILING, device=profiler)
+        lifecycle.profile(left, profiler)
         for job in left:
             res.profiling.append(job.pk)
             res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
@@ -285,7 +287,7 @@ class Scheduler:
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
             groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
                                                "budget_bytes": fit.device.budget_bytes}))
-        opened = Placement.open_many(groups, profiling=True) if groups else []
+        opened = lifecycle.place_many(groups, profiling=True) if groups else []
         for (device, [job], _), got in zip(groups, opened):
             if isinstance(got, Placement):
                 res.profiling.append(job.pk)
@@ -311,12 +313,11 @@ class Scheduler:
                               persistent_bytes=p.persistent_bytes, iteration_s=p.iteration_s)
                 for j in jobs if (p := reuse.get(j.pk)) is not None])
             reusing = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is not None]
-            transition_many(reusing, JobStatus.READY, reason="memory curve of an identical job reused; not profiled",
-                            details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
+            lifecycle.mark_ready(reusing, "memory curve of an identical job reused; not profiled",
+                                details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
             uploaded = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is None]
-            transition_many(uploaded, JobStatus.READY, reason="memory curve from a snapshot uploaded for this code "
-                                                              "and command; not profiled",
-                            details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
+            lifecycle.mark_ready(uploaded, "memory curve from a snapshot uploaded for this code and command; not profiled",
+                                details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
             res.ready += [j.pk for j in reusing + uploaded]
         jobs = [j for j in jobs if j.pk not in reuse]
         if not jobs:
@@ -341,7 +342,7 @@ class Scheduler:
                 if misfit is not None:
                     refused[f"refused before profiling: {misfit[1]}"].append(j)
         for reason, group in refused.items():
-            transition_many(group, JobStatus.FAILED, reason=reason)
+            lifecycle.fail_many(group, reason)
             res.failed += [j.pk for j in group]
         out = {j.pk for group in refused.values() for j in group}
         return [j for j in jobs if j.pk not in out], estimated
@@ -366,14 +367,10 @@ class Scheduler:
                 continue
             for job in Job.objects.filter(known.identical(wanted.workload, wanted.params), status__in=waiting_ids):
                 misfit = known.estimate_misfit(curve, job.budget_bytes, budgets)
-                was = job.status
-                if misfit is not None and try_transition(job, JobStatus.FAILED,
-                                                         reason=f"refused by its estimate: {misfit[1]}"):
+                if misfit is not None and lifecycle.fail(
+                        job, f"refused by its estimate: {misfit[1]}",
+                        stop_run=_redis() if job.status == JobStatus.PROFILING else None):
                     res.failed.append(job.pk)
-                    if was == JobStatus.PROFILING:
-                        from zico_contracts import keys
-
-                        keys.request_cancel(_redis(), job.pk)
 
     def _take_estimate_requests(self) -> None:
         """Hand the estimates users asked for through the API to the background estimates (Note [Estimates users
@@ -400,10 +397,10 @@ class Scheduler:
 
     def _open(self, snap, items: list[tuple[int, list]], res: RoundResult) -> None:
         """Open one placement per device for the jobs put on it (the last plan covers them all)
-        with one :meth:`Placement.open_many`; a refused group of several jobs is tried again one
-        job at a time (a second ``open_many``) so the still-valid ones go ahead."""
+        with one :func:`lifecycle.place_many`; a refused group of several jobs is tried again one
+        job at a time (a second ``place_many``) so the still-valid ones go ahead."""
         groups = [(snap.devices[dev_id], [snap.jobs[p.job_id] for p in ps], ps[-1].plan) for dev_id, ps in items]
-        opened = Placement.open_many([(d, jobs, plan.to_dict()) for d, jobs, plan in groups])
+        opened = lifecycle.place_many([(d, jobs, plan.to_dict()) for d, jobs, plan in groups])
         retry = []
         for (device, jobs, _), (_, ps), got in zip(groups, items, opened):
             if isinstance(got, Placement):
@@ -415,7 +412,7 @@ class Scheduler:
                 if len(jobs) > 1:
                     retry += [(device, [j], p.plan) for j, p in zip(jobs, ps)]
         if retry:
-            for (device, jobs, _), got in zip(retry, Placement.open_many([(d, js, pl.to_dict()) for d, js, pl in retry])):
+            for (device, jobs, _), got in zip(retry, lifecycle.place_many([(d, js, pl.to_dict()) for d, js, pl in retry])):
                 if isinstance(got, Placement):
                     self._placed(snap, device, jobs, got, res)
                 else:
@@ -509,9 +506,9 @@ class _Room:
     peak_bytes: float = 0.0
 
     def takes(self, job: Job, tenant, tenants: dict) -> bool:
-        """Note [Where a script is profiled]; tenancy as Placement._refusal judges it."""
-        if not (self.tenants <= {tenant.pk} or (tenant.allow_cross_tenant_colocation and all(
-                tenants[t].allow_cross_tenant_colocation for t in self.tenants))):
+        """Note [Where a script is profiled]; tenancy by placement.tenancy.refusing_tenants."""
+        involved = {tenant.pk: tenant, **{t: tenants[t] for t in self.tenants}}
+        if refusing_tenants({pk: t.allow_cross_tenant_colocation for pk, t in involved.items()}):
             return False
         return self.jobs == 0 or (job.budget_bytes is not None
                                   and self.device.budget_bytes - self.peak_bytes >= job.budget_bytes)

@@ -19,7 +19,8 @@ from placement.gating import planning_curve
 from placement.state import ClusterState, Device as DeviceState, Job as JobState, Tenant as TenantState
 from zico.cluster.models import Device, Status
 from zico.jobs.models import Job, MemoryProfile
-from zico.jobs.transitions import JobStatus, on_device_q
+from zico.jobs.models import on_device_q
+from zico.jobs.transitions import JobStatus
 from zico.tenants.models import Tenant
 
 log = logging.getLogger(__name__)

@@ -235,9 +235,8 @@ class ControlConsumer:
         """Write every online device's budget bytes and gate headroom where its worker reads them."""
         pipe = self.redis.pipeline(transaction=False)
         for d in Device.objects.select_related("node").exclude(status="offline"):
-            key = keys.device_key(d.kind, d.node.host, d.index)
-            pipe.set(keys.budget_key(key), d.budget_bytes)
-            pipe.set(keys.gate_headroom_key(key), repr(float(d.gate_headroom)))
+            pipe.set(keys.budget_key(d.key), d.budget_bytes)
+            pipe.set(keys.gate_headroom_key(d.key), repr(float(d.gate_headroom)))
         pipe.execute()
 
     def push_cancellations(self) -> None:

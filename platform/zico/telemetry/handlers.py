@@ -21,7 +21,8 @@ from zico.cluster.models import Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.outputs import archive_log
 from zico.jobs.shares import store_measured_share
-from zico.jobs.transitions import TERMINAL, JobStatus as S, try_transition
+from zico.jobs import lifecycle
+from zico.jobs.transitions import TERMINAL, JobStatus as S
 from zico_contracts import computeshare, keys
 from zico_contracts.oom import readable_reason
 
@@ -111,7 +112,7 @@ def on_worker_up(msg: dict[str, Any], r) -> Device:
         Q(status=S.RUNNING, placements__device=dev, placements__ended_at__isnull=True, placements__started_at__lt=started)
         | Q(status=S.PROFILING, profiling_device=dev, status_changed_at__lt=started)).distinct().order_by("pk")
     if stranded.exists():
-        declare_lost(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})",
+        lifecycle.lose(dev, list(stranded), reason=f"worker process on {msg['device']} restarted (pid {msg.get('pid')})",
                      redis_client=r)
     return dev
 
@@ -128,7 +129,7 @@ def on_job_started(msg: dict[str, Any], r) -> None:
         return
     dev = device_for(msg["device"])
     if job.status == S.PLACED:
-        try_transition(job, S.RUNNING, device=dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
+        lifecycle.start(job, dev, placement=msg.get("placement"), resumed_from=msg.get("resumed_from"))
     elif job.status == S.PROFILING:
         Job.objects.filter(pk=job.pk, started_at__isnull=True).update(started_at=_dt(msg["t"]))
     if msg.get("iterations") is not None:
@@ -249,16 +250,10 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if status not in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
         log.warning("job %s: unknown outcome %r", job.pk, status)
         return
-    profiled = job.status == S.PROFILING  # a script job whose run ended before its profile did
-    if job.status in (S.PLACED, S.PROFILING) and status != S.CANCELLED:
-        try_transition(job, S.RUNNING, device=dev)  # started message lost, or no curve came: the run did start
-    if profiled and status == S.FAILED:
+    if job.status == S.PROFILING and status == S.FAILED:  # a script job whose run ended before its profile did
         _remember_profile_failure(job, str(msg.get("reason") or ""), dev)
-    if job.status in TERMINAL:  # e.g. cancelled by a user before the worker confirmed: keep the figures
-        Job.objects.filter(pk=job.pk).update(metrics={**(job.metrics or {}), **metrics})
-    else:
-        try_transition(job, status, device=dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],
-                       metrics=metrics)
+    lifecycle.finish(job, status, dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],
+                     metrics=metrics)
     if metrics.get("iterations_done") is not None:
         Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
     if share is not None:  # stored with the curve of the job's kind (Note [Where a measured share is stored])
@@ -319,20 +314,14 @@ def on_profile_done(msg: dict[str, Any], r) -> None:
     if msg.get("error"):
         error = readable_reason(str(msg["error"]))
         failure = _profile_failure(error, dev, job)
-        if try_transition(job, S.FAILED, reason=f"profiling failed: {error}"[:2000], device=dev,
-                          metrics={"profile_failure": failure} if failure else None):
-            if in_run:
-                keys.request_cancel(r, job.pk)  # the run goes on without its curve: stop it
+        if lifecycle.fail(job, f"profiling failed: {error}"[:2000], device=dev,
+                          metrics={"profile_failure": failure} if failure else None,
+                          stop_run=r if in_run else None):  # the run goes on without its curve: stop it
             archive_log(job, r)  # a command job's output while profiled (its traceback) is its log
         return
     MemoryProfile.record(job, msg["curve"])
     if job.status == S.PROFILING:
-        if in_run:
-            try_transition(job, S.RUNNING, device=dev, placement=int(msg["placement"]),
-                           reason=f"memory curve measured from its first {msg.get('iterations') or 'few'} "
-                                  "iterations; the run goes on")
-        else:
-            try_transition(job, S.READY, device=dev)
+        lifecycle.profiled(job, dev, placement=msg.get("placement"), iterations=msg.get("iterations"))
 
 
 def on_telemetry_gap(msg: dict[str, Any], r) -> None:
@@ -401,36 +390,3 @@ def store_points(points: list[Point], devices: dict[str, Device | None]) -> int:
                                   samples=p.samples))
     TimelinePoint.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
-
-
-# -- lost workers ------------------------------------------------------------------------------
-def declare_lost(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = None,
-                 redis_client=None) -> list[Job]:
-    """Mark ``jobs`` lost on ``dev`` with a worker_lost Event each, then requeue them (or fail them once they
-    have been lost ``max_losses`` times, storing their log when ``redis_client`` is given). Ends their
-    placements. A job lost while profiling (it has no placement) is requeued the same way, with a reason
-    saying it is profiled again. Returns the jobs moved."""
-    from django.conf import settings
-
-    max_losses = max_losses or settings.ZICO_MAX_WORKER_LOSSES
-    moved = []
-    for job in jobs:
-        placement = job.active_placement()
-        was = job.status
-        if not try_transition(job, S.LOST, device=dev, reason=reason):
-            continue
-        Event.record(Event.Kind.WORKER_LOST, job=job, device=dev, reason=reason, lost_count=job.lost_count,
-                     placement=placement.pk if placement else None)
-        if placement is not None:
-            placement.end(f"worker lost: {reason}")
-        if job.lost_count >= max_losses:
-            try_transition(job, S.FAILED, device=dev, reason=f"worker lost {job.lost_count} times (last: {reason})")
-            if redis_client is not None:
-                archive_log(job, redis_client)
-        elif was == S.PROFILING:
-            try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss while profiling; "
-                                                             "it is profiled again")
-        else:
-            try_transition(job, S.QUEUED, device=dev, reason="requeued after worker loss; resumes from its checkpoint")
-        moved.append(job)
-    return moved

@@ -9,7 +9,7 @@ Note [Heartbeats without clock skew]
     the consumer itself could not reach Redis, every device gets a fresh grace period on reconnect, so a
     Redis outage never reads as a dead worker.
     The jobs of a lost device are the ones placed or running there and the ones it was profiling
-    (``Job.profiling_device``); all go back to the queue (:func:`zico.telemetry.handlers.declare_lost`).
+    (``Job.profiling_device``); all go back to the queue (:func:`zico.jobs.lifecycle.lose`).
 
 Note [A lost device comes back]
     A device declared lost is set offline, but its heartbeat key is still read. When its value changes
@@ -28,10 +28,10 @@ from django.utils import timezone
 
 from zico.cluster.models import Device, Node, Status
 from zico.jobs.models import Job
-from zico.jobs.transitions import JobStatus as S, try_transition
+from zico.jobs import lifecycle
+from zico.jobs.transitions import JobStatus as S
 from zico_contracts import keys
 
-from .handlers import declare_lost
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Liveness:
     def check(self, r) -> list[str]:
         """Read every device's heartbeat; declare lost the silent ones. Returns the devices declared lost."""
         now = self.clock()
-        devices = {keys.device_key(d.kind, d.node.host, d.index): d
+        devices = {d.key: d
                    for d in Device.objects.select_related("node")}
         names = list(devices)
         values = r.mget([keys.heartbeat_key(dev) for dev in names]) if names else []
@@ -85,7 +85,7 @@ class Liveness:
         jobs = list(Job.objects.filter(on_it).distinct().order_by("pk"))
         log.warning("device %s lost (%s); %d job(s) affected", dev, reason, len(jobs))
         Device.objects.filter(pk=dev.pk).update(status=Status.OFFLINE)
-        declare_lost(dev, jobs, reason, redis_client=r)
+        lifecycle.lose(dev, jobs, reason, redis_client=r)
 
     @staticmethod
     def _revive(dev: Device) -> None:
@@ -112,8 +112,7 @@ def fail_overdue_profiles(r, now=None) -> list[int]:
         waited = (now - job.status_changed_at).total_seconds()
         reason = (f"profiling did not finish within {waited:.0f} s: over twice the profiling time limit of "
                   f"{limit:g} s (ZICO_PROFILE_TIME_LIMIT_S)")
-        if try_transition(job, S.FAILED, reason=reason):
-            keys.request_cancel(r, job.pk)
+        if lifecycle.fail(job, reason, stop_run=r):
             log.warning("job %s: %s", job.pk, reason)
             failed.append(job.pk)
     return failed

@@ -22,6 +22,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from zico.jobs.events import Event
+
 
 class Role(models.TextChoices):
     OWNER = "owner", "Owner"
@@ -119,8 +121,6 @@ class Tenant(models.Model):
             django.core.exceptions.ValidationError: a value is out of range (keyed by field).
             ValueError: an unknown or read-only field.
         """
-        from zico.jobs.models import Event
-
         unknown = set(changes) - set(QUOTA_FIELDS) - set(SETTINGS_FIELDS)
         if unknown:
             raise ValueError(f"not a changeable tenant field: {', '.join(sorted(unknown))}")
@@ -142,8 +142,6 @@ class Tenant(models.Model):
     @transaction.atomic
     def add_member(self, user, role: str, *, actor=None) -> "Membership":
         """Add ``user`` with ``role``; records a role_change Event. Raises RoleError if already a member."""
-        from zico.jobs.models import Event
-
         role = _check_role(role)
         taken = RoleError("user", f"{user.get_username()} is already a member of {self.slug}")
         if self.memberships.filter(user=user).exists():
@@ -190,8 +188,6 @@ class Membership(models.Model):
         Raises:
             RoleError: unknown role, or the change would leave the tenant without an owner.
         """
-        from zico.jobs.models import Event
-
         role = _check_role(role)
         # Lock the tenant's memberships so two concurrent demotions cannot both pass the check,
         # and judge by the roles as they are now, not as this object last saw them.
@@ -211,8 +207,6 @@ class Membership(models.Model):
     @transaction.atomic
     def remove(self, *, actor=None) -> None:
         """Remove the member; records a role_change Event (new_role None). Raises RoleError for the last owner."""
-        from zico.jobs.models import Event
-
         locked = {m.pk: m.role for m in Membership.objects.select_for_update().filter(tenant_id=self.tenant_id)}
         if self.pk not in locked:
             return  # already removed

@@ -16,7 +16,7 @@ from zico.telemetry.models import TimelinePoint
 from zico_contracts import cpushare, keys
 
 from . import access, live
-from .timelines import DEFAULT_WINDOW_S, WINDOWS_S, device_key
+from .timelines import DEFAULT_WINDOW_S, WINDOWS_S
 
 STALE_S = 120  # a pool reading older than this is not the device's memory now (workers sample at 5 Hz)
 
@@ -47,7 +47,7 @@ def cluster(request):
         jobs = placed.get(d.pk, [])
         fresh = d.seen is not None and (now - d.seen).total_seconds() <= STALE_S
         rows.append({
-            "device": d, "key": device_key(d), "used": d.used if fresh else None,
+            "device": d, "key": d.key, "used": d.used if fresh else None,
             "allocated": d.allocated if fresh else None, "seen": d.seen, "stale": d.seen is not None and not fresh,
             "idle": not jobs,
             "jobs": [j for j in jobs if j.pk in visible],
@@ -66,7 +66,7 @@ def cpu_share(device) -> str:
     if device.kind != "cpu":
         return ""
     try:
-        beat = json.loads(live.client().get(keys.heartbeat_key(device_key(device))) or "{}")
+        beat = json.loads(live.client().get(keys.heartbeat_key(device.key)) or "{}")
         share = beat.get(cpushare.METRIC) if isinstance(beat, dict) else None
         threads, cores, slots = (int(share[k]) for k in ("threads", "cores", "slots"))
     except (redis.RedisError, ValueError, TypeError, KeyError):
@@ -80,6 +80,6 @@ def device_timeline(request, pk: int):
     """Stacked per-job memory of one device, its budget line and events; live, with a time-range selector."""
     device = access.device_for_timeline(request.user, pk)
     return render(request, "web/device_timeline.html", {
-        "device": device, "key": device_key(device), "windows": WINDOWS_S, "window": DEFAULT_WINDOW_S,
+        "device": device, "key": device.key, "windows": WINDOWS_S, "window": DEFAULT_WINDOW_S,
         "all_jobs": request.user.is_staff, "cpu_share": cpu_share(device),
     })

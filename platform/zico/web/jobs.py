@@ -11,9 +11,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from zico_workloads.catalog import UnknownWorkload, get_workload, list_workloads
-from zico.jobs.models import IllegalTransition, JobStatus
+from zico.jobs import lifecycle
 from zico.jobs.submission import JobSpecError, submit_job
-from zico.jobs.transitions import CANCELLABLE
+from zico.jobs.transitions import CANCELLABLE, IllegalTransition, JobStatus
 from zico.ratelimits import count_job_submission, job_submit_wait
 
 from . import access
@@ -134,8 +134,7 @@ def job_cancel(request, pk: int):
         messages.warning(request, f"Job “{job}” has already ended ({job.status}).")
         return redirect("web-job-detail", pk=job.pk)
     try:
-        job.transition(JobStatus.CANCELLED, reason=f"cancelled by {request.user.get_username()}",
-                       actor=request.user)
+        lifecycle.cancel(job, request.user, f"cancelled by {request.user.get_username()}")
     except IllegalTransition:
         messages.warning(request, f"Job “{job}” ended before it could be cancelled.")
     else:

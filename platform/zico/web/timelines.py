@@ -20,7 +20,6 @@ from typing import Any, Iterable
 from django.db.models import BigIntegerField, ExpressionWrapper, F, Max, Q, Value
 
 from zico.jobs.models import Event, Job
-from zico_contracts import keys
 from zico.telemetry.models import TimelinePoint
 
 from . import live
@@ -51,11 +50,6 @@ def parse_since_event(value: str | None) -> int:
     if not value.isdigit():
         raise ValueError(f"since_event: expected a non-negative integer, got {value!r}")
     return int(value)
-
-
-def device_key(device) -> str:
-    """The device's name in Redis (``gpu.node1.0``), from :func:`zico_contracts.keys.device_key`."""
-    return keys.device_key(device.kind, device.node.host, device.index)
 
 
 def _stored(qs, since_s: int, window_s: int, value_fields: Iterable[str]) -> list[dict[str, Any]]:
@@ -268,7 +262,7 @@ def device_timeline(device, tenant_ids: set[int] | None, window_s: int = DEFAULT
     "events": [...], "live": {...}, "summary": {...}}``. Raises ValueError on a bad cursor.
     """
     now_s = time.time() if now_s is None else now_s
-    dev = device_key(device)
+    dev = device.key
     recent = live.taken_since(device.created_at)  # not an earlier deployment's worker on this key
     read = live.read_samples(lambda s: s.get("device") == dev and recent(s), cursor=cursor)
     samples = [s for s in read.samples if isinstance(s.get("t"), (int, float))]

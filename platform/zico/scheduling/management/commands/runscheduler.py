@@ -5,7 +5,7 @@
 Runs a scheduling round (zico.scheduling.service) every ``--interval`` seconds (the next one at once
 after a round whose policy ran out of its planning budget: Note [Planning budget] in placement.policies)
 until SIGTERM or SIGINT, which end it cleanly after the round in progress. Several instances may run at once:
-the round lock makes them take turns and Placement.open's conditional claim keeps any job from
+the round lock makes them take turns and lifecycle.place's conditional claim keeps any job from
 being placed twice.
 
 Unless ``ZICO_SCHEDULER_ESTIMATES`` is off, it estimates the memory curve of catalog jobs it sends to

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 
-from .models import Role, Tenant
+from zico.tenants.models import Role, Tenant
 
 PASSWORD = "persona-password-1"
 

@@ -1,5 +1,5 @@
 """Archives for every lane's tests of jobs with code: tar.gz and zip bytes built member by member, hostile
-members included (``..`` paths, links out, devices, FIFOs), as ``zico.tenants.testing`` builds personas.
+members included (``..`` paths, links out, devices, FIFOs), as ``tests.support.tenants`` builds personas.
 
 A member is a tuple: ``("file", name, data)``, ``("dir", name)``, ``("symlink", name, target)``,
 ``("hardlink", name, target)``, ``("fifo", name)`` or ``("chardev", name)``.
