@@ -43,7 +43,9 @@ def test_mps_daemon_is_optional_and_shares_its_pipe_directory_with_the_gpu_worke
     daemon = services["mps-daemon"]
     assert daemon["profiles"] == ["mps"]  # only with --profile mps
     assert daemon["command"] == ["nvidia-cuda-mps-control", "-f"]  # in the foreground: the container's process
-    assert all("profiles" not in s for name, s in services.items() if name != "mps-daemon")
+    # besides it only the CPU device worker has a profile of its own (a host without a GPU: --profile cpu)
+    assert {name: s["profiles"] for name, s in services.items() if "profiles" in s} == {
+        "mps-daemon": ["mps"], "cpu-worker": ["cpu"]}
     pipe = daemon["environment"]["CUDA_MPS_PIPE_DIRECTORY"]
     assert daemon["environment"]["CUDA_MPS_LOG_DIRECTORY"]
 
