@@ -295,10 +295,10 @@ def test_an_out_of_memory_beside_a_neighbour_that_ended_before_the_report_is_not
     reached the web side: it still counts as running beside it."""
     neighbour = _job(tenant, params={"iterations": 9})
     MemoryProfile.record(neighbour, triangular_curve(GiB, 2 * GiB, 0.2))
-    neighbour.transition("ready")
+    transition(neighbour, "ready")
     job = _job(tenant, params=_full(PARAMS))
-    job.transition("profiling", device=cluster[0])
-    placement = Placement.open(cluster[0], [neighbour])
+    transition(job, "profiling", device=cluster[0])
+    placement = lifecycle.place(cluster[0], [neighbour])
     placement.end("the neighbour finished")
     link = Link(settings_redis_url(), keys.device_key(cluster[0].kind, cluster[0].node.host, cluster[0].index))
     link.emit("profile_done", job=job.pk, error="OutOfMemoryError: CUDA out of memory")

@@ -36,7 +36,7 @@ def test_profiled_curve_refuses_a_fifo_trace(tmp_path):
     from types import SimpleNamespace
 
     from workers.runner import profiled_curve
-    from workers.scriptproc import PROFILE_TRACE
+    from workers.job.entry import PROFILE_TRACE
 
     os.mkfifo(tmp_path / PROFILE_TRACE)
     with pytest.raises(ValueError, match="not a regular file"):
