@@ -123,7 +123,8 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
     ended = ("succeeded", "failed", "cancelled")
 
     # Round 1: new code. Each script is profiled as its run starts and runs once.
-    first = {name: submit(home, project, name, "--budget", "128MiB") for name in COMMANDS}  # a hard cap now: the LSTM would hold 90 MiB
+    # a job's budget is the agent's hard cap: the LSTM would hold 90 MiB
+    first = {name: submit(home, project, name, "--budget", "128MiB") for name in COMMANDS}
     scheduler = stack.scheduler("--interval", "1")
     logs = follow(home, first)
     waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in first.values()), 300, "round 1 to end")
