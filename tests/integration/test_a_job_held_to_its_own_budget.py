@@ -6,13 +6,12 @@ and its peak; its neighbour succeeds; the device's stored peak reserved stays wi
 Real PostgreSQL, real Redis (private), a real web server, and the real processes (consumer, scheduler, one CPU
 device worker, sandboxed job processes)."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import zico
 from django.db.models import Max
 
 from zico.jobs.models import Job
@@ -22,15 +21,10 @@ from zico.tenants.models import ApiToken
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "user_scripts"
-REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 DEVICE_BUDGET = 323 * MiB  # the demo's device (scripts/demo.py picks about this on 2 cores)
 
 
-def zico(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
-    return subprocess.run([sys.executable, "-m", "zico_cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")

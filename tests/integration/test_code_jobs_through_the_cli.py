@@ -9,13 +9,12 @@ worker started the documented way. The scripts (tests/workers/user_scripts/) kno
 one that uses ``import zico``.
 """
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import zico
 
 from zico.jobs.models import Job, MemoryProfile
 from zico.telemetry.models import MetricPoint
@@ -27,10 +26,6 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "user_scripts"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def zico(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
-    return subprocess.run([sys.executable, "-m", "zico_cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")

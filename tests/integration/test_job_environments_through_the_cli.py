@@ -10,13 +10,12 @@ Real PostgreSQL, real Redis (private), a real web server and the real processes:
 service and one CPU device worker, started the documented way.
 """
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import cli
 
 from zico.jobs.models import Job
 from zico.tenants.models import ApiToken
@@ -24,14 +23,14 @@ from zico.tenants.models import ApiToken
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "user_scripts"
-REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "humanize==4.17.0"
 
 
-def zico(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
-    return subprocess.run([sys.executable, "-m", "zico_cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+
+
+def zico(home: Path, *args: str, timeout: float = 180):
+    """The `zico` command (tests/support/cli.py), with time for an environment's build."""
+    return cli.zico(home, *args, timeout=timeout)
 
 
 def project(root: Path, name: str, requirements: str) -> Path:

@@ -24,15 +24,15 @@ the bytes the pool held for each in round 1, so that the plan, not the budget, d
 jobs of known memory that leave it that much (Note [Where a script is profiled] in zico.scheduling.service).
 """
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import zico
 from django.db.models import Max
 
 from placement.gating import held_floor, planning_curve
@@ -45,7 +45,6 @@ from zico.tenants.models import ApiToken
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 # Enough steps that a script still runs when the next new one starts beside it: a new script is profiled only
 # once its neighbours' curves are known (their first iterations), and it takes seconds to start (torch's import);
@@ -56,12 +55,6 @@ COMMANDS = {"mlp": ["python", "mlp_adam.py", "--steps", str(STEPS)],
             "transformer": ["python", "transformer_accum_bf16.py", "--steps", str(STEPS)]}
 
 
-def zico(home: Path, *args: str, timeout: float = 120, popen: bool = False):
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
-    argv = [sys.executable, "-m", "zico_cli", *args]
-    if popen:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def submit(home: Path, project: Path, name: str, *options: str) -> int:
