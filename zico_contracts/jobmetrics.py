@@ -28,7 +28,8 @@ RUNTIME_METRICS = frozenset({
     "peak_allocated_bytes", "peak_reserved_bytes",
 })
 WORKER_METRICS = frozenset({
-    COMPUTE_SHARE, CPU_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes", "peak_disk_bytes", "wall_s", "pid",
+    COMPUTE_SHARE, CPU_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes",
+    "peak_shared_bytes", "peak_disk_bytes", "wall_s", "pid",
     "mean_iteration_s", "solo_iteration_s", "slowdown", "predicted_slowdown",
     "output_files", "output_bytes", "output_skipped", "output_skipped_count",
     "environment",  # the job's own environment (workers.jobenv): key, packages, build time

@@ -160,12 +160,12 @@ EXPECTED = {2: ["killed by signal SIGKILL"],
             4: ["exited with code 3", "about to exit with code 3"],
             5: ["RuntimeError: injected failure in iteration 2\nexited with code 1\nlast ", "RuntimeError: injected"],
             6: ["hung: no progress message for 8 s"],
-            7: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+            7: [" of memory outside Zico's allocator (plain malloc, shared memory, another library), over the 128.00 MiB allowed: "
                  "stopped\nkilled by signal SIGKILL"],
             8: ["OutOfMemoryError", "agent refused: budget"],
-            9: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+            9: [" of memory outside Zico's allocator (plain malloc, shared memory, another library), over the 128.00 MiB allowed: "
                  "stopped\nkilled by signal SIGKILL"],
-            10: [" of memory outside Zico's allocator (plain malloc, another library), over the 128.00 MiB allowed: "
+            10: [" of memory outside Zico's allocator (plain malloc, shared memory, another library), over the 128.00 MiB allowed: "
                  "stopped\nkilled by signal SIGKILL"]}
 
 

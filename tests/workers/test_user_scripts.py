@@ -147,10 +147,10 @@ FAULTY = {11: ("raises.py", ["ValueError: batch 2 has the wrong shape (raises.py
                                 "last ", " lines of stderr:\nFatal Python error: Segmentation fault"]),  # and its stacks
           13: ("leaks_tensors.py", ["OutOfMemoryError", "(leaks_tensors.py, line", "agent refused",
                                     "\nexited with code 1\n"]),
-          14: ("leaks_python.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, another library), "
+          14: ("leaks_python.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, shared memory, another library), "
                                    "over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"]),
           # the memory is its children's (6 x 32 MiB): the job's processes count together
-          15: ("forks_and_leaks.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, another "
+          15: ("forks_and_leaks.py", ["used ", " MiB of memory outside Zico's allocator (plain malloc, shared memory, another "
                                       "library), over the 128.00 MiB allowed: stopped\nkilled by signal SIGKILL"])}
 
 
@@ -485,7 +485,34 @@ def test_a_script_that_fills_its_directories_is_stopped_at_the_disk_limit(tmp_pa
         agent.close()
     out = job.outcome
     assert out["status"] == "failed", out
-    assert out["reason"].startswith("wrote more than 8.00 MiB to its output and scratch directories (/tmp and "
-                                    "/dev/shm included), over the disk limit of a job (ZICO_JOB_DISK_BYTES)"), out
+    assert out["reason"].startswith("wrote more than 8.00 MiB to its output and scratch directories (/tmp "
+                                    "included), over the disk limit of a job (ZICO_JOB_DISK_BYTES)"), out
     assert "wrote them all" not in job.stdout()
     assert out["metrics"]["peak_disk_bytes"] > limit
+
+
+@pytest.mark.parametrize("mode", ["mmap", "memfd", "devshm"])
+def test_shared_memory_counts_as_the_jobs_memory(tmp_path, mode):
+    # Note [Shared memory of a job] in workers.agent.shmwatch: mmap(-1, n), an unmapped memfd and /dev/shm files
+    # count with the job's anonymous memory, under the one bound (baseline + margin); /dev/shm holds the margin
+    margin = 128 * MiB  # the script's own start (torch's buffers) takes ~90 MiB of anonymous memory
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120,
+                                                                     bypass_margin_bytes=margin))
+    try:
+        job = Job(tmp_path, 7, ["python", "leaks_shared.py", mode])
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    out = job.outcome
+    assert out["status"] == "failed", out
+    assert out["reason"].startswith("used "), out["reason"]
+    assert ("MiB of memory outside Zico's allocator (plain malloc, shared memory, another library), over the "
+            "128.00 MiB allowed: stopped") in out["reason"], out["reason"]
+    assert "held it all" not in job.stdout()
+    if mode == "devshm":
+        full = [line for line in job.stdout() if line.startswith("/dev/shm full at ")]
+        assert full and int(full[0].split()[3]) <= 128, job.stdout()
+    else:
+        # counted: its anonymous start and the shared memory together passed the bound (how much of each depends
+        # on when the 4 Hz watch looked)
+        assert out["metrics"]["peak_shared_bytes"] >= 16 * MiB, out["metrics"]

@@ -56,7 +56,7 @@ from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
-from . import diskwatch, sandbox
+from . import diskwatch, sandbox, shmwatch
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
 from .slots import CpuSlots
@@ -112,6 +112,8 @@ class JobRun:
     killed_reason: str | None = None
     stop_status: str | None = None
     peak_rss_anon: int = 0
+    peak_shared: int = 0  # Note [Shared memory of a job] in workers.agent.shmwatch
+    baseline_shared: int = 0
     peak_disk: int = 0  # bytes its output and scratch directories held, at most (Note [A job's disk])
     baseline_rss_anon: int | None = None
     baseline_device_used: int | None = None  # CUDA: NVML used memory of the process at ``ready`` (its context)
@@ -331,7 +333,7 @@ class DeviceAgent:
         run.peak_disk = max(run.peak_disk, used)
         if used > limit and run.killed_reason is None:
             self._kill(run, proc, f"wrote more than {format_bytes(limit)} to its output and scratch directories "
-                                  f"(/tmp and /dev/shm included), over the disk limit of a job "
+                                  f"(/tmp included), over the disk limit of a job "
                                   f"(ZICO_JOB_DISK_BYTES): stopped")
         return time.monotonic() - t0
 
@@ -345,13 +347,18 @@ class DeviceAgent:
             process the job started counts (:meth:`JobProcess.anon_bytes`: ``Pss_Anon`` summed, so pages a fork
             shares are counted once): a script that forked until its process limit held ~6 MiB per child, and
             4,096 of them ran a 24 GiB host out of memory (the kernel then killed the device worker) while the job's
-            own ``RssAnon`` stayed at its baseline."""
+            own ``RssAnon`` stayed at its baseline. Shared memory the job holds outside the pool (``mmap(-1, n)``,
+            memfds, its ``/dev/shm``: Note [Shared memory of a job] in workers.agent.shmwatch) counts with its
+            anonymous memory, under the same bound."""
         rss = proc.anon_bytes()
-        if rss is None or run.baseline_rss_anon is None:
+        shared = proc.shared_bytes(shmwatch.pool_inodes() if self.pool.shared else set())
+        if rss is None or shared is None or run.baseline_rss_anon is None:
             return
         run.peak_rss_anon = max(run.peak_rss_anon, rss)
-        self._stop_over(run, proc, rss, run.baseline_rss_anon, "memory", "plain malloc, another library",
-                        "anonymous bytes (its processes)", "at hello")
+        run.peak_shared = max(run.peak_shared, shared)
+        self._stop_over(run, proc, rss + shared, run.baseline_rss_anon + run.baseline_shared, "memory",
+                        "plain malloc, shared memory, another library",
+                        "anonymous + shared bytes (its processes)", "at hello")
 
     def _check_device_bypass(self, run: JobRun, proc: JobProcess) -> None:
         """Note [Memory outside the allocator] on a GPU: NVML's per-process used memory
@@ -417,6 +424,7 @@ class DeviceAgent:
                 self._kill(run, proc, f"protocol error: hello from pid {msg['pid']}, no such process in the job")
                 return
             run.baseline_rss_anon = proc.anon_bytes()  # Note [Memory outside the allocator]
+            run.baseline_shared = proc.shared_bytes(shmwatch.pool_inodes() if self.pool.shared else set()) or 0
         if kind == "ready":
             run.ready = True
             if self.device.startswith("cuda"):  # Note [Memory outside the allocator] on a GPU
@@ -505,6 +513,7 @@ class DeviceAgent:
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
                        peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon,
+                       peak_shared_bytes=run.peak_shared,
                        **({"peak_disk_bytes": run.peak_disk} if run.peak_disk else {}))
         if run.compute_share is not None:
             metrics[computeshare.METRIC] = run.compute_share

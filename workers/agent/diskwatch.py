@@ -1,8 +1,8 @@
 """How much disk a job's writable directories hold, for the agent's disk limit (Note [A job's disk]).
 
 Note [A job's disk]
-    A sandboxed job writes to two host directories: its output and its scratch (``/tmp`` and ``/dev/shm`` are
-    subdirectories of the scratch: workers.agent.sandbox). ``RLIMIT_FSIZE`` caps one file, not their sum, so a
+    A sandboxed job writes to two host directories: its output and its scratch (``/tmp`` is a
+    subdirectory of the scratch: workers.agent.sandbox; ``/dev/shm`` is a tmpfs counted as memory). ``RLIMIT_FSIZE`` caps one file, not their sum, so a
     job writing many files could fill the worker's disk and stop every other job and the worker itself. The
     agent therefore measures both directories while the job runs and stops it once they hold more than
     ``AgentSettings.disk_bytes`` (``ZICO_JOB_DISK_BYTES``). A file counts its allocated blocks

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from zico_contracts import agent as proto
 
+from . import shmwatch
 from .output import LineCutter
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,18 @@ class JobProcess:
         if own is None:
             return None
         return own + sum(b for p in others if (b := pss_anon_bytes(p)) is not None)
+
+    def shared_bytes(self, exclude: set[tuple[int, int]]) -> int | None:
+        """Shared memory the job holds outside the agent pool, in bytes (Note [Shared memory of a job] in
+        workers.agent.shmwatch): the shared-memory objects every process of the job opens or maps, the pool's
+        chunks (``exclude``) left out, plus what its sandbox's ``/dev/shm`` tmpfs holds. None before the job is
+        located."""
+        if self.job_pid is None:
+            return None
+        tree = descendants(self.pid) if self.sandboxed else descendants(self.job_pid)
+        pids = [self.job_pid, *(p for p in tree if p != self.job_pid and p not in self._wrappers)]
+        shm = shmwatch.tmpfs_used_bytes(f"/proc/{self.job_pid}/root/dev/shm") if self.sandboxed else 0
+        return shmwatch.shared_bytes(pids, exclude) + shm
 
     def start(self) -> "JobProcess":
         """Start reading the job's messages and output (after the caller holds this object)."""

@@ -21,8 +21,10 @@ the repo's job-side code      read-only   ``zico_contracts``, ``workers/job``, `
 /job/env                      read-only   the job's own packages, when its project asks for some
                                           (``workers.jobenv``; last on the import path)
 /job/output                   writable    what the job keeps
-/job/scratch, /tmp, /dev/shm  writable    the job's private scratch directory (``/tmp`` and ``/dev/shm``
-                                          are its ``.tmp`` and ``.shm`` subdirectories)
+/job/scratch, /tmp            writable    the job's private scratch directory (``/tmp`` is its ``.tmp``
+                                          subdirectory)
+/dev/shm                      writable    a tmpfs of the job's own, at most ``bypass_margin_bytes``; counted
+                                          as the job's memory (Note [Shared memory of a job])
 /proc, /dev                   minimal     a procfs of the job's own PID namespace; null, zero, random, tty
 /dev/nvidia<minor>            device      a GPU job's one GPU and the driver's nodes (Note [A GPU in the sandbox])
 /etc                          read-only   a few files (dynamic linker, time zone); passwd/group name the job
@@ -231,7 +233,6 @@ class Sandbox:
         for field in ("output_dir", "scratch_dir"):
             _private_dir(spec[field], uid, field)
         _fresh_subdir(spec["scratch_dir"], ".tmp", uid)
-        _fresh_subdir(spec["scratch_dir"], ".shm", uid)
         _ensure_allocator_built()
         host = {f: spec[f] for f in userjob.SANDBOX_DIRS if spec.get(f) is not None}
         inner = {**spec, **{f: userjob.SANDBOX_DIRS[f] for f in host}, "job": job_id}
@@ -290,8 +291,10 @@ class Sandbox:
         scratch = self.host["scratch_dir"]
         # /tmp and /dev/shm before the Python environment and the repository: a checkout (or its venv) under
         # /tmp must stay visible, not be hidden by the job's own /tmp mounted over it
+        # /dev/shm is a tmpfs of its own, at most the memory margin: what it holds is memory, counted with the
+        # job's (Note [Shared memory of a job] in workers.agent.shmwatch)
         mounts += [["--bind", os.path.join(scratch, ".tmp"), "/tmp"],
-                   ["--bind", os.path.join(scratch, ".shm"), "/dev/shm"]]
+                   ["--perms", "01777", "--size", str(s.bypass_margin_bytes), "--tmpfs", "/dev/shm"]]
         first = len(mounts)  # the mounts that others may lie under (/tmp); their parents are made first
         mounts += [["--ro-bind", d, d] for d in _python_dirs()]
         mounts += [["--ro-bind", str(REPO / d), str(REPO / d)] for d in JOB_SIDE_DIRS]

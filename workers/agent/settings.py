@@ -83,7 +83,7 @@ class AgentSettings:
             stopped it (the memory watch now counts the job's processes too).
         fsize_bytes: the largest file the job may write (``ZICO_JOB_FSIZE_BYTES``, default 64 GiB;
             ``RLIMIT_FSIZE``: SIGXFSZ).
-        disk_bytes: what a job's output and scratch directories may hold together, ``/tmp`` and ``/dev/shm``
+        disk_bytes: what a job's output and scratch directories may hold together, ``/tmp``
             included, before the job is stopped (``ZICO_JOB_DISK_BYTES``, default 64 GiB; at least 1 MiB):
             measured every ``disk_interval_s`` (1 s) while it runs (Note [A job's disk] in
             workers.agent.diskwatch: a watch, so a fast writer may pass it by what it writes in an interval).
