@@ -105,10 +105,28 @@ def no_device() -> WaitReason:
     return WaitReason(NO_DEVICE, "no device is online", figures={"online_devices": 0})
 
 
-def no_profiling_device(unavailable: Sequence[tuple[str, float, str]]) -> WaitReason:
-    """A job without a memory curve waits for an online device to be profiled on."""
+def no_profiling_device(unavailable: Sequence[tuple[str, float, str]], online: int = 0) -> WaitReason:
+    """A job without a memory curve waits for a device to be profiled on. ``unavailable``: ``(label, budget
+    bytes, why)`` of the devices it cannot go to now; ``online``: how many of those are online (busy, not
+    off): with any, the sentence says no device is *free*, never that none is online."""
     states = f" ({', '.join(f'{label} {status}' for label, _, status in unavailable)})" if unavailable else ""
+    if online:
+        return WaitReason(DEVICE_BUSY, f"no device is free to profile it on{states}", figures={"online_devices": online})
     return WaitReason(NO_DEVICE, f"no device is online to profile it on{states}", figures={"online_devices": 0})
+
+
+def profiling_tenants_do_not_share(own_tenant_allows: bool, devices: Sequence[str],
+                                   job_ids: Sequence[Any]) -> WaitReason:
+    """A job without a memory curve waits: every online device it could be profiled on (``devices``, labels)
+    holds a job of another tenant, and its own tenant (``own_tenant_allows`` False) or the other tenant does
+    not allow sharing a device with other tenants (placement.tenancy.refusing_tenants). The other tenants'
+    jobs (``job_ids``) are kept in the figures for operators, never named in the sentence."""
+    who = "this job's tenant does not" if not own_tenant_allows else "the other tenant does not"
+    return WaitReason(TENANTS_DO_NOT_SHARE,
+                      f"no device to profile it on: every online device ({', '.join(devices)}) runs a job of another "
+                      f"tenant and {who} allow sharing a device with other tenants",
+                      figures={"online_devices": len(devices), "job_ids": list(job_ids),
+                               "own_tenant_allows": bool(own_tenant_allows)})
 
 
 def identical_profiling(job_id: int) -> WaitReason:
