@@ -56,6 +56,7 @@ from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
+from ..joblines import neutral_paths
 from . import diskwatch, sandbox
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
@@ -542,7 +543,9 @@ def failure_reason(headline: str, exited: str, tail: str, max_chars: int = keys.
     """A failed job's reason (Note [Outcome of a job process]): ``headline`` (what went wrong, for people), then
     on a line of its own how the process ended (``exited``, left out when the headline says it already), then
     the last lines of its stderr (``tail``, one string) under :data:`TAIL_HEADING`, as many of the last ones as
-    fit in ``max_chars`` characters with the rest (what the web side stores)."""
+    fit in ``max_chars`` characters with the rest (what the web side stores). The tenant reads it: host paths in
+    the headline and the tail are made neutral (Note [Host paths in what a tenant sees] in workers.joblines)."""
+    headline, tail = neutral_paths(headline), neutral_paths(tail)
     head = "\n".join([headline] + ([exited] if exited not in headline else []))
     room = max_chars - len(head) - len(TAIL_HEADING) - 8
     kept: list[str] = []
