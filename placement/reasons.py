@@ -10,7 +10,8 @@ job too much), no room beside the jobs already there, tenants that do not share,
 is full (or it runs a job, for the one-job-per-device baseline), the device is too small — and says
 it in one sentence naming that device and the figures. A job of another tenant is never named in a
 sentence (its owner may not see it; the job page keeps co-located jobs of other tenants anonymous
-too); the figures keep its id for operators.
+too); the figures keep its id for the round's logs (the job's ``waiting`` Event, which its tenant reads, keeps
+only its own tenant's ids: Note [A waiting Event names no other tenant's job] in zico.scheduling.waiting).
 
 Devices the policy does not see (offline or draining) are the service's to add:
 :func:`unavailable_devices` turns "no device can hold it" into "the device that can is offline".
@@ -129,10 +130,12 @@ def profiling_tenants_do_not_share(own_tenant_allows: bool, devices: Sequence[st
                                "own_tenant_allows": bool(own_tenant_allows)})
 
 
-def identical_profiling(job_id: int) -> WaitReason:
+def identical_profiling(job_id: int, same_tenant: bool = True) -> WaitReason:
     """A job without a memory curve waits for an identical job's profile (same workload and params), which will
-    serve it too, instead of being profiled a second time."""
-    return WaitReason(IDENTICAL_PROFILING, f"waiting for the profile of identical job {job_id} (same workload and "
+    serve it too, instead of being profiled a second time. ``same_tenant`` False: ``job_id`` is another tenant's
+    job, never named in the sentence (the figures keep it)."""
+    which = f"identical job {job_id}" if same_tenant else "an identical job of another tenant"
+    return WaitReason(IDENTICAL_PROFILING, f"waiting for the profile of {which} (same workload and "
                                            "params): it is not profiled twice", figures={"job": job_id})
 
 

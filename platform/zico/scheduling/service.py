@@ -330,7 +330,7 @@ class Scheduler:
                 for j in jobs if (p := reuse.get(j.pk)) is not None])
             reusing = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is not None]
             lifecycle.mark_ready(reusing, "memory curve of an identical job reused; not profiled",
-                                details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
+                                details_by_job={j.pk: _reused_from(j, reuse[j.pk]) for j in reusing})
             uploaded = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is None]
             lifecycle.mark_ready(uploaded, "memory curve from a snapshot uploaded for this code and command; not profiled",
                                 details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
@@ -461,23 +461,32 @@ class _Clock:
 def _one_profile_per_kind(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, reasons.WaitReason]]]:
     """Of queued ``jobs`` to profile (queue order), the first of each kind of identical jobs (zico.jobs.known)
     that no job is profiling now; the others, with why they wait: an identical job's profile will serve
-    them (the next round copies it). One query."""
+    them (the next round copies it; another tenant's identical job is not named). One query."""
     if not jobs:
         return [], []
     q, _ = known.any_identical(jobs)
     owner = {}
-    for pk, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
-                                 .values_list("pk", "workload", "params")):
-        owner.setdefault(known.params_key(workload, params), pk)
+    for pk, tenant_id, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
+                                            .values_list("pk", "tenant_id", "workload", "params")):
+        owner.setdefault(known.params_key(workload, params), (pk, tenant_id))
     send, held = [], []
     for j in jobs:
         key = known.params_key(j.workload, j.params)
         if key in owner:
-            held.append((j, reasons.identical_profiling(owner[key])))
+            pk, tenant_id = owner[key]
+            held.append((j, reasons.identical_profiling(pk, same_tenant=tenant_id == j.tenant_id)))
         else:
-            owner[key] = j.pk
+            owner[key] = (j.pk, j.tenant_id)
             send.append(j)
     return send, held
+
+
+def _reused_from(job: Job, profile: MemoryProfile) -> dict:
+    """The status_change Event's details of a job given an identical job's curve: that job's id when it is of the
+    job's own tenant; else only that it was another tenant's (its id is not this tenant's to see)."""
+    if profile.job.tenant_id == job.tenant_id:
+        return {"profile_of_job": profile.job_id}
+    return {"profile_of_job": None, "profile_of_another_tenant": True}
 
 
 def _redis():
