@@ -112,7 +112,8 @@ def no_profiling_device(unavailable: Sequence[tuple[str, float, str]], online: i
     off): with any, the sentence says no device is *free*, never that none is online."""
     states = f" ({', '.join(f'{label} {status}' for label, _, status in unavailable)})" if unavailable else ""
     if online:
-        return WaitReason(DEVICE_BUSY, f"no device is free to profile it on{states}", figures={"online_devices": online})
+        return WaitReason(DEVICE_BUSY, f"no device is free to profile it on{states}",
+                          figures={"online_devices": online})
     return WaitReason(NO_DEVICE, f"no device is online to profile it on{states}", figures={"online_devices": 0})
 
 

@@ -11,9 +11,9 @@ Note [Host paths in what a tenant sees]
     ``<python>`` (an interpreter directory outside them to ``<python>/bin``), the repository the worker runs
     from to ``<zico>``. The longest prefix wins (a venv inside the repository is ``<python>``, not
     ``<zico>/.venv``), a prefix counts only as a whole path (``/usr`` is not rewritten inside ``/usr2`` or
-    ``/job/code/usr``), and the job's own sandbox paths (``/job/code``, ...) stay as they are: they are the job's. Every reason and log line the worker sends
-    for a tenant goes through it (workers.agent.agent.failure_reason, workers.runner, workers.profiling,
-    workers.usercode.LogRelay).
+    ``/job/code/usr``), and the job's own sandbox paths (``/job/code``, ...) stay as they are: they are the job's.
+    Every reason and log line the worker sends for a tenant goes through it (workers.agent.agent.failure_reason,
+    workers.runner, workers.profiling, workers.usercode.LogRelay).
 
 Note [A job's lines in the worker's log]
     The worker's own log is read by operators, and a job can print anything: a line that looks like the

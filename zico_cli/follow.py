@@ -3,8 +3,9 @@ memory) until the job has ended and its log is stored; the exit status is then t
 
 Lines go to stdout (the job's stderr lines and the worker's notes to stderr), the progress line to stderr, so
 ``zico logs -f JOB > out.txt`` keeps the job's output alone. The platform's own lines (stream ``system``, which
-no job can write) read ``[zico] ...``, and no job line can pass for one (:func:`render`). Polls ``GET /api/jobs/{id}/logs/?after=<cursor>``
-every ``POLL_S`` (at once while the server says ``more``) and the job's memory timeline for the bytes.
+no job can write) read ``[zico] ...``, and no job line can pass for one (:func:`render`). Polls
+``GET /api/jobs/{id}/logs/?after=<cursor>`` every ``POLL_S`` (at once while the server says ``more``) and the
+job's memory timeline for the bytes.
 """
 from __future__ import annotations
 

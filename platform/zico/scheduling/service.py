@@ -14,8 +14,8 @@ One round:
    ``zico.device.profile_job`` task on a device queue — or, a script job (a job with code), alone in a
    placement of its own with a ``zico.device.run_job`` that profiles it as its run starts (Note [A script's
    profile is the start of its run] in workers/runner.py); a ``profile_job`` goes to the preferred online
-   device whose jobs' tenants and the job's may meet (placement.tenancy.refusing_tenants, as any placement); with background estimates
-   (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
+   device whose jobs' tenants and the job's may meet (placement.tenancy.refusing_tenants, as any placement);
+   with background estimates (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
    job waits — and opens the placements with
@@ -299,7 +299,8 @@ class Scheduler:
                                                                online=len(busy) + len(taken) + len(blind))))
                 continue
             rooms.remove(fit)
-            busy.append((str(fit.device), float(fit.device.budget_bytes), "profiling a job"))  # never the job's id: it may be another tenant's
+            # never the job's id: it may be another tenant's
+            busy.append((str(fit.device), float(fit.device.budget_bytes), "profiling a job"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
             groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
                                                "budget_bytes": fit.device.budget_bytes}))
@@ -606,7 +607,8 @@ def _profiling_rooms() -> list[_ProfileRoom]:
                .annotate(load=Count("placements", filter=Q(placements__ended_at__isnull=True,
                                                            placements__jobs__status__in=ON_DEVICE))))
     rooms = {d.pk: _ProfileRoom(d, d.load) for d in devices}
-    placed = (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True, placements__device_id__in=list(rooms))
+    placed = (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True,
+                                 placements__device_id__in=list(rooms))
               .values_list("pk", "tenant_id", "placements__device_id"))
     profiling = (Job.objects.filter(status=JobStatus.PROFILING, profiling_device_id__in=list(rooms))
                  .values_list("pk", "tenant_id", "profiling_device_id"))
