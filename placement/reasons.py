@@ -10,7 +10,8 @@ job too much), no room beside the jobs already there, tenants that do not share,
 is full (or it runs a job, for the one-job-per-device baseline), the device is too small — and says
 it in one sentence naming that device and the figures. A job of another tenant is never named in a
 sentence (its owner may not see it; the job page keeps co-located jobs of other tenants anonymous
-too); the figures keep its id for operators.
+too); the figures keep its id for the round's logs (the job's ``waiting`` Event, which its tenant reads, keeps
+only its own tenant's ids: Note [A waiting Event names no other tenant's job] in zico.scheduling.waiting).
 
 Devices the policy does not see (offline or draining) are the service's to add:
 :func:`unavailable_devices` turns "no device can hold it" into "the device that can is offline".
@@ -105,16 +106,37 @@ def no_device() -> WaitReason:
     return WaitReason(NO_DEVICE, "no device is online", figures={"online_devices": 0})
 
 
-def no_profiling_device(unavailable: Sequence[tuple[str, float, str]]) -> WaitReason:
-    """A job without a memory curve waits for an online device to be profiled on."""
+def no_profiling_device(unavailable: Sequence[tuple[str, float, str]], online: int = 0) -> WaitReason:
+    """A job without a memory curve waits for a device to be profiled on. ``unavailable``: ``(label, budget
+    bytes, why)`` of the devices it cannot go to now; ``online``: how many of those are online (busy, not
+    off): with any, the sentence says no device is *free*, never that none is online."""
     states = f" ({', '.join(f'{label} {status}' for label, _, status in unavailable)})" if unavailable else ""
+    if online:
+        return WaitReason(DEVICE_BUSY, f"no device is free to profile it on{states}",
+                          figures={"online_devices": online})
     return WaitReason(NO_DEVICE, f"no device is online to profile it on{states}", figures={"online_devices": 0})
 
 
-def identical_profiling(job_id: int) -> WaitReason:
+def profiling_tenants_do_not_share(own_tenant_allows: bool, devices: Sequence[str],
+                                   job_ids: Sequence[Any]) -> WaitReason:
+    """A job without a memory curve waits: every online device it could be profiled on (``devices``, labels)
+    holds a job of another tenant, and its own tenant (``own_tenant_allows`` False) or the other tenant does
+    not allow sharing a device with other tenants (placement.tenancy.refusing_tenants). The other tenants'
+    jobs (``job_ids``) are kept in the figures for operators, never named in the sentence."""
+    who = "this job's tenant does not" if not own_tenant_allows else "the other tenant does not"
+    return WaitReason(TENANTS_DO_NOT_SHARE,
+                      f"no device to profile it on: every online device ({', '.join(devices)}) runs a job of another "
+                      f"tenant and {who} allow sharing a device with other tenants",
+                      figures={"online_devices": len(devices), "job_ids": list(job_ids),
+                               "own_tenant_allows": bool(own_tenant_allows)})
+
+
+def identical_profiling(job_id: int, same_tenant: bool = True) -> WaitReason:
     """A job without a memory curve waits for an identical job's profile (same workload and params), which will
-    serve it too, instead of being profiled a second time."""
-    return WaitReason(IDENTICAL_PROFILING, f"waiting for the profile of identical job {job_id} (same workload and "
+    serve it too, instead of being profiled a second time. ``same_tenant`` False: ``job_id`` is another tenant's
+    job, never named in the sentence (the figures keep it)."""
+    which = f"identical job {job_id}" if same_tenant else "an identical job of another tenant"
+    return WaitReason(IDENTICAL_PROFILING, f"waiting for the profile of {which} (same workload and "
                                            "params): it is not profiled twice", figures={"job": job_id})
 
 

@@ -45,6 +45,7 @@ import time
 from typing import Any
 
 from .device import DeviceRuntime
+from .joblines import escape_controls, neutral_paths
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,9 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
             curve = curve_from_dict(result["curve"])
         except ValueError as exc:
             error = f"the profile run sent a malformed curve: {exc}"
-    if error is not None:  # the job is failed with the reason by the web side
-        log.warning("profiling job %s failed: %s", job_id, error)
+    if error is not None:  # the job is failed with the reason by the web side, which its tenant reads
+        error = neutral_paths(error)  # Note [Host paths in what a tenant sees] in workers.joblines
+        log.warning("profiling job %s failed: %s", job_id, escape_controls(error))
         rt.link.emit("profile_done", job=job_id, error=error[:1500])
         rt.link.flush()
         return {"job": job_id, "error": error}

@@ -89,6 +89,7 @@ from .agent.sandbox import CATALOG_PROJECT  # the built-in project a catalog job
 from .job import checkpoints
 from .device import DeviceRuntime
 from .gate import DelayTally
+from .joblines import escape_controls, neutral_paths
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,8 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
         if job_env is not None:
             job_env.release()
         raise
+    # the tenant reads the reason: no host path in it (Note [Host paths in what a tenant sees] in workers.joblines)
+    result["reason"] = neutral_paths(result.get("reason") or "")
     metrics = dict(result.get("metrics") or {})
     if job_env is not None:
         job_env.release()
@@ -433,8 +436,8 @@ def _send_profile(rt: DeviceRuntime, spec: RunSpec, dirs, msg: dict[str, Any]) -
                                msg.get("peak_reserved"))
         rt.agent.set_curve(spec.job, curve)
     except (ValueError, KeyError) as exc:  # CurveError is a ValueError
-        log.warning("job %s: no curve from its profile: %s", spec.job, exc)
-        rt.link.emit("profile_done", job=spec.job, placement=spec.placement, error=str(exc)[:1500])
+        log.warning("job %s: no curve from its profile: %s", spec.job, escape_controls(str(exc)))
+        rt.link.emit("profile_done", job=spec.job, placement=spec.placement, error=neutral_paths(str(exc))[:1500])
     else:
         spec.curve = curve  # the run's slowdown is measured against it (slowdown_metrics)
         rt.link.emit("profile_done", job=spec.job, placement=spec.placement, curve=curve,

@@ -30,6 +30,8 @@ from zico_contracts import joblog
 from zico_contracts.codearchive import ArchiveError, ArchiveLimits, extract_archive
 from zico_contracts.codejob import CodeSpec, auth_header
 
+from .joblines import neutral_paths
+
 log = logging.getLogger(__name__)
 
 FLUSH_S = 0.25
@@ -138,11 +140,14 @@ class LogRelay:
         self._thread.start()
 
     def line(self, stream: str, text: str) -> None:
-        """One output line (``stream`` stdout, stderr or system); called from the agent's reader threads."""
+        """One output line (``stream`` stdout, stderr or system); called from the agent's reader threads. Host
+        paths in it are made neutral: the tenant reads it (Note [Host paths in what a tenant sees] in
+        workers.joblines)."""
+        entry = joblog.entry(neutral_paths(text), stream)
         with self._lock:
             if len(self._lines) == PENDING_MAX_LINES:
                 self.overflowed += 1  # the deque drops its oldest line
-            self._lines.append(joblog.entry(text, stream))
+            self._lines.append(entry)
 
     def _flush(self) -> None:
         with self._lock:

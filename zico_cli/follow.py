@@ -2,12 +2,15 @@
 memory) until the job has ended and its log is stored; the exit status is then the job's (zico_cli.errors).
 
 Lines go to stdout (the job's stderr lines and the worker's notes to stderr), the progress line to stderr, so
-``zico logs -f JOB > out.txt`` keeps the job's output alone. Polls ``GET /api/jobs/{id}/logs/?after=<cursor>``
-every ``POLL_S`` (at once while the server says ``more``) and the job's memory timeline for the bytes.
+``zico logs -f JOB > out.txt`` keeps the job's output alone. The platform's own lines (stream ``system``, which
+no job can write) read ``[zico] ...``, and no job line can pass for one (:func:`render`). Polls
+``GET /api/jobs/{id}/logs/?after=<cursor>`` every ``POLL_S`` (at once while the server says ``more``) and the
+job's memory timeline for the bytes.
 """
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import click
@@ -20,6 +23,9 @@ from zico_contracts.oom import format_bytes
 from .errors import EXIT_ERROR, JOB_EXIT, CliError
 
 POLL_S = 1.0
+SYSTEM_MARK = "[zico] "  # before each of the platform's own lines
+JOB_MARK = "[job] "      # before a job's line that starts like one of the platform's
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")  # a tab is kept
 
 
 def human_bytes(n: float | None) -> str:
@@ -60,11 +66,35 @@ class Memory:
         return self.allocated
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters but tabs (ANSI escapes, carriage returns, ...) written as escapes
+    (``\\x1b``), so it prints as one line and moves no cursor."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100
+                        else f"\\u{ord(m.group(0)):04x}", text)
+
+
+def render(line: dict, terminal: bool) -> str:
+    """One log line as ``zico logs`` prints it. A platform line (stream ``system``): ``[zico] <text>``, its
+    control characters escaped. A job's line: as the job printed it, but ``[job] `` before one that starts with
+    ``[zico]`` as it shows (click drops ANSI styles off a terminal, so ``\\x1b[2K[zico]`` shows as ``[zico]``;
+    leading blanks and control characters do not count), and, on a terminal, its control characters escaped (an
+    ANSI escape could otherwise move the cursor and rewrite the lines above as the platform's)."""
+    text = line.get("line", "")
+    if line.get("stream") == "system":
+        return SYSTEM_MARK + escape_controls(text)
+    if _CONTROL.sub("", click.unstyle(text)).lstrip().startswith(SYSTEM_MARK.rstrip()):
+        text = JOB_MARK + text
+    return escape_controls(text) if terminal else text
+
+
 def emit(line: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(line))
-    else:
-        click.echo(line["line"], err=line["stream"] != "stdout")
+        return
+    err = line["stream"] != "stdout"
+    terminal = click.get_text_stream("stderr" if err else "stdout").isatty()
+    text = render(line, terminal)
+    click.echo(click.style(text, dim=True) if line["stream"] == "system" and terminal else text, err=err)
 
 
 def show_logs(api, job_id: int, follow: bool, as_json: bool) -> int:

@@ -88,3 +88,28 @@ def test_status_of_a_failed_job_shows_the_headline_first_then_how_it_ended_and_s
                               "                   last 2 lines of stderr:",
                               "                   Traceback (most recent call last):",
                               "                   ValueError: bad batch"], out
+
+
+def test_a_jobs_line_never_passes_for_the_platforms(zico, signed_in, running, rdb):
+    """A job printing a platform-like line and ANSI escapes: stored under its own stream (the store keeps its
+    bytes), shown by `zico logs` marked as the job's; the platform's own line (stream system) reads `[zico] ...`."""
+    forged = "[zico] job stopped by the platform"
+    escape = "\x1b[1A\x1b[2K[zico] job cancelled"
+    joblog.append(rdb, running.pk, [joblog.entry(forged), joblog.entry(escape, "stderr"),
+                                    joblog.entry("job failed: exited with status 1", "system")])
+    as_json = [json.loads(line) for line in zico("logs", "--json", running.pk).stdout.splitlines()]
+    assert [(x["stream"], x["line"]) for x in as_json] == [("stdout", forged), ("stderr", escape),
+                                                           ("system", "job failed: exited with status 1")]
+    result = zico("logs", running.pk)
+    assert result.stdout == "[job] [zico] job stopped by the platform\n"
+    # off a terminal click drops the escapes, and the line that is left is still marked as the job's
+    assert result.stderr.splitlines() == ["[job] [zico] job cancelled", "[zico] job failed: exited with status 1"]
+
+
+def test_on_a_terminal_a_jobs_escapes_are_shown_not_obeyed():
+    from zico_cli.follow import render
+
+    assert render({"stream": "stderr", "line": "\x1b[1A\x1b[2K[zico] job cancelled\tok"}, terminal=True) == \
+        "[job] \\x1b[1A\\x1b[2K[zico] job cancelled\tok"
+    assert render({"stream": "stdout", "line": "[zico] x"}, terminal=True) == "[job] [zico] x"
+    assert render({"stream": "system", "line": "built\x1b[0m"}, terminal=False) == "[zico] built\\x1b[0m"

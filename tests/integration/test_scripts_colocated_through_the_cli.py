@@ -140,7 +140,7 @@ def test_three_plain_scripts_profiled_as_they_start_then_colocated_under_a_budge
         assert job.metrics["iterations_done"] == STEPS
         share = job.metrics["cpu_share"]  # the platform's threads: 4 slots on this host's cores
         assert share["slots"] == 4 and share["threads"] == max(1, share["cores"] // 4) and not share["user_set"], share
-        assert "zico: this job's share of the CPU device: " in text, text
+        assert "[zico] this job's share of the CPU device: " in text, text
         assert job.placements.count() == 1  # one placement: the profile and the run are one
     together = seconds_running(first.values())
     overlap = max(len(together[a.pk] & together[b.pk]) for a in jobs.values() for b in jobs.values() if a != b)

@@ -51,6 +51,11 @@ def test_submit_your_code_and_watch_its_output_and_files(page, sign_in, personas
     joblog.append(logs, job.pk, [joblog.entry("hello from the project"), joblog.entry("a warning", "stderr")])
     expect(page.locator("#job-output")).to_contain_text("hello from the project")
     expect(page.locator("#job-output .err")).to_have_text("a warning\n")
+    # the platform's line is marked as such; a job's line that reads like one is marked as the job's
+    joblog.append(logs, job.pk, [joblog.entry("[zico] job stopped by the platform"),
+                                 joblog.entry("code unpacked", "system")])
+    expect(page.locator("#job-output .sys")).to_have_text("[zico] code unpacked\n")
+    expect(page.locator("#job-output")).to_contain_text("[job] [zico] job stopped by the platform")
     Job.objects.filter(pk=job.pk).update(total_iterations=10, progress_iteration=3)
     expect(page.locator("#stat-progress")).to_contain_text("3 / 10")
     expect(page.locator("#output-state")).to_contain_text("iteration 3/10")

@@ -63,7 +63,7 @@ def test_co_located_script_jobs_run_on_their_slots_cores_with_their_slots_thread
         assert job.outcome["status"] == "succeeded", job.outcome
         share = job.outcome["metrics"][cpushare.METRIC]
         assert seen[job.job_id]["affinity"] == share["cpus"] and len(share["cpus"]) == k, (seen, share)
-        assert any(l.startswith("zico: this job's share of the CPU device: ") for s, l in job.lines if s == "stderr")
+        assert any(l.startswith("this job's share of the CPU device: ") for s, l in job.lines if s == "system")
     assert seen[71] == {"torch_threads": k, "affinity": seen[71]["affinity"], "omp": str(k), "mkl": str(k)}
     assert seen[72]["omp"] == "3" and seen[72]["mkl"] is None, seen  # the job's own setting, whole
     if (os.cpu_count() or 1) > k:  # torch takes it, up to the host's core count

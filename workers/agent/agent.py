@@ -56,6 +56,7 @@ from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
+from ..joblines import for_log, neutral_paths
 from . import diskwatch, sandbox, shmwatch
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
@@ -78,7 +79,8 @@ class JobRun:
     ``spec``: a catalog job's (``workers.jobproc``) or a user script's (``"kind": "script"``,
     :func:`zico_contracts.userjob.validate_spec`). ``on_message(msg)`` sees every message of the job (and the
     agent's ``go``), in the job's reader thread; ``on_output(stream, line)`` every line the job prints,
-    ``stream`` ``"stdout"`` or ``"stderr"``, each cut to ``AgentSettings.output_line_bytes``, in that stream's
+    ``stream`` ``"stdout"`` or ``"stderr"`` (and the agent's own notes, such as a CPU slot's share, as
+    ``"system"``, a stream no job can write), each cut to ``AgentSettings.output_line_bytes``, in that stream's
     drain thread (a slow callback holds the job up once its pipe is full). ``pid`` is the process the agent
     launched (a sandbox's outer bwrap), ``job_pid`` the job's own (from its ``hello``)."""
 
@@ -250,7 +252,7 @@ class DeviceAgent:
             return None
         env, share = cpushare.job_environment(self.cpu_slots.take(run.job_id), spec.get("env"))
         run.cpu_share = share.to_dict()
-        run.on_output("stderr", f"zico: this job's share of the CPU device: "
+        run.on_output("system", f"this job's share of the CPU device: "
                                 f"{cpushare.describe(run.cpu_share, spec.get('env'))}")
         return env
 
@@ -450,7 +452,10 @@ class DeviceAgent:
         elif kind == "metric" and "iterations_total" in msg:
             run.iterations = msg["iterations_total"]
         elif kind == "log":  # the job's own log records at WARNING and above arrive so (workers.jobproc)
-            log.log(logging.getLevelName(msg.get("level", "info").upper()), "job %s: %s", run.job_id, msg["line"][:1000])
+            level = logging.getLevelName(str(msg.get("level", "info")).upper())  # the job's word: an int, or not
+            # Note [A job's lines in the worker's log] in workers.joblines: marked as the job's, escaped
+            log.log(level if isinstance(level, int) else logging.WARNING, "%s",
+                    for_log(run.job_id, "log", str(msg.get("line", ""))[:1000]))
         run.on_message(msg)
 
     def _on_output(self, run: JobRun, stream: str, line: str) -> None:
@@ -551,7 +556,9 @@ def failure_reason(headline: str, exited: str, tail: str, max_chars: int = keys.
     """A failed job's reason (Note [Outcome of a job process]): ``headline`` (what went wrong, for people), then
     on a line of its own how the process ended (``exited``, left out when the headline says it already), then
     the last lines of its stderr (``tail``, one string) under :data:`TAIL_HEADING`, as many of the last ones as
-    fit in ``max_chars`` characters with the rest (what the web side stores)."""
+    fit in ``max_chars`` characters with the rest (what the web side stores). The tenant reads it: host paths in
+    the headline and the tail are made neutral (Note [Host paths in what a tenant sees] in workers.joblines)."""
+    headline, tail = neutral_paths(headline), neutral_paths(tail)
     head = "\n".join([headline] + ([exited] if exited not in headline else []))
     room = max_chars - len(head) - len(TAIL_HEADING) - 8
     kept: list[str] = []

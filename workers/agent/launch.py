@@ -34,6 +34,7 @@ from zico_contracts import agent as proto
 
 from . import shmwatch
 from .output import LineCutter
+from ..joblines import for_log
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,7 @@ class JobProcess:
             for line in lines:
                 if name == "stderr":
                     self.stderr_tail.append(line)
-                log.debug("job %s %s: %s", self.job_id, name, line)
+                log.debug("%s", for_log(self.job_id, name, line))  # Note [A job's lines in the worker's log]
                 if self._on_output is not None:
                     try:
                         self._on_output(name, line)

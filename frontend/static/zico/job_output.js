@@ -1,6 +1,8 @@
 // Job page, jobs with code: the command's output, polled from GET /api/jobs/{id}/logs/?after=<cursor> every
 // 1.5 s (up to 1000 lines a poll) and appended as text (never as HTML: the lines are the job's).
 // The page keeps the last MAX_LINES lines; polling stops once the log is `complete` (stored: nothing more comes).
+// The platform's own lines (stream "system", which no job can write) read "[zico] ..." in their colour; a job's
+// line that starts like one gets "[job] " before it (as `zico logs` shows them, zico_cli/follow.py render).
 (function () {
   "use strict";
   const Z = window.Zico;
@@ -15,8 +17,14 @@
     const atBottom = out.scrollHeight - out.scrollTop - out.clientHeight < 8;
     const span = document.createElement("span");
     if (line.stream === "stderr") span.className = "err";
-    if (line.stream === "system") span.className = "sys";
-    span.textContent = line.line + "\n";
+    let text = line.line;
+    if (line.stream === "system") {
+      span.className = "sys";
+      text = "[zico] " + text;
+    } else if (/^[\s\x00-\x1f\x7f]*(\x1b\[[0-9;?]*[A-Za-z][\s\x00-\x1f\x7f]*)*\[zico\]/.test(text)) {
+      text = "[job] " + text;
+    }
+    span.textContent = text + "\n";
     out.appendChild(span);
     if (++lines > MAX_LINES) { out.removeChild(out.firstChild); lines--; }
     if (atBottom) out.scrollTop = out.scrollHeight;

@@ -283,14 +283,17 @@ def misfit(workload: str, params: dict[str, Any], budget_bytes: int | None,
     profiling failure of an identical job, or a stored estimate that fits nowhere; None when nothing known
     refuses it. A job with code (``workload`` empty, ``params`` its identity, ``code_identity``) is judged on
     its identical jobs alone (no estimate), and its refusal names ``code``. A remembered failure counts only
-    for ``tenant_id``'s own jobs (Note [A failure refuses only its own tenant])."""
+    for ``tenant_id``'s own jobs (Note [A failure refuses only its own tenant]); an identical job of another
+    tenant is not named in the message."""
     budgets = devices_budgets()
     largest = max((b for _, b in budgets), default=None)
     profile = (MemoryProfile.objects.filter(identical(workload, params, "job__")).exclude(source=SNAPSHOT_SOURCE)
-               .order_by("-created_at", "-id").defer("curve").first())
+               .select_related("job").order_by("-created_at", "-id").defer("curve").first())
     if profile is not None:
         same = "same workload and params" if workload else "same code, command and env"
-        refused = peak_misfit(int(profile.peak_bytes), f"the measured peak of job {profile.job_id}, {same}",
+        # another tenant's job is never named (its id is not this tenant's to see)
+        whose = f"job {profile.job_id}" if profile.job.tenant_id == tenant_id else "a job of another tenant"
+        refused = peak_misfit(int(profile.peak_bytes), f"the measured peak of {whose}, {same}",
                               budget_bytes, largest)
         return ("code", refused[1]) if refused and refused[0] == "params" and not workload else refused
     probe = Job(workload=workload, params=params, tenant_id=tenant_id)  # not saved: its id None keys the answer

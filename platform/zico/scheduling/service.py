@@ -13,8 +13,9 @@ One round:
    says it can never run (Note [Known memory needs] in zico.jobs.known), else to ``profiling`` with a
    ``zico.device.profile_job`` task on a device queue — or, a script job (a job with code), alone in a
    placement of its own with a ``zico.device.run_job`` that profiles it as its run starts (Note [A script's
-   profile is the start of its run] in workers/runner.py); with background estimates
-   (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
+   profile is the start of its run] in workers/runner.py); a ``profile_job`` goes to the preferred online
+   device whose jobs' tenants and the job's may meet (placement.tenancy.refusing_tenants, as any placement);
+   with background estimates (zico.scheduling.estimates) it polls their child process and fails the misfits they reveal;
 3. fails ``ready`` jobs that no device could ever hold (with the reason);
 4. asks the policy (placement.policies) for a decision — placements, and why every other ready
    job waits — and opens the placements with
@@ -223,7 +224,9 @@ class Scheduler:
         """queued -> ready (curve stored, or an identical job's copied), -> failed (what is known says it
         can never run: Note [Known memory needs] in zico.jobs.known) or -> profiling (task queued for
         after the commit), in bulk moves. The queued rows are locked as they are read (``FOR UPDATE``
-        re-checks the status after any wait), so no one else moves them before the bulk moves."""
+        re-checks the status after any wait), so no one else moves them before the bulk moves. A catalog job is
+        profiled on the first device of :func:`_profiling_rooms` that admits its tenant (the co-location rule of
+        every placement); with none, it waits saying why (:func:`_no_profiling_room`)."""
         queued = list(Job.objects.select_for_update().filter(status=JobStatus.QUEUED)
                       .order_by("-priority", "created_at", "pk"))
         if not queued:
@@ -239,20 +242,32 @@ class Scheduler:
             waiting.record(held, JobStatus.QUEUED)
         self._profile_as_runs([j for j in left if j.code_id is not None], res)
         left = [j for j in left if j.code_id is None]
-        profiler = _profiling_device() if left else None
-        if profiler is None:
-            if left:  # no online device to profile on
-                why = reasons.no_profiling_device(_unavailable_devices())
-                res.waiting.update({j.pk: why for j in left})
-                waiting.record([(j, why) for j in left], JobStatus.QUEUED)
+        if not left:
             return
-        lifecycle.profile(left, profiler)
+        rooms = _profiling_rooms()
+        tenants = {t.pk: t for t in Tenant.objects.filter(pk__in={j.tenant_id for j in left}
+                                                          | {t for r in rooms for t in r.tenants})}
+        by_device: dict[int, tuple[Device, list[Job]]] = {}
+        waits = []
         for job in left:
-            res.profiling.append(job.pk)
-            res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
-                               [job.pk, job.profile_spec()]))
-            if self.estimates is not None and job.pk not in estimated:
-                self.estimates.want(job.workload, job.params or {}, job.pk)
+            room = next((r for r in rooms if r.admits(job.tenant_id, tenants)), None)
+            if room is None:
+                waits.append((job, _no_profiling_room(job, rooms, tenants)))
+                continue
+            room.tenants.add(job.tenant_id)  # the next job of this round meets this one's tenant there
+            room.job_ids.setdefault(job.tenant_id, []).append(job.pk)
+            by_device.setdefault(room.device.pk, (room.device, []))[1].append(job)
+        if waits:
+            res.waiting.update({j.pk: why for j, why in waits})
+            waiting.record(waits, JobStatus.QUEUED)
+        for profiler, jobs in by_device.values():
+            lifecycle.profile(jobs, profiler)
+            for job in jobs:
+                res.profiling.append(job.pk)
+                res.outbox.append((PROFILE_TASK, job.pk, profiler.queue,
+                                   [job.pk, job.profile_spec()]))
+                if self.estimates is not None and job.pk not in estimated:
+                    self.estimates.want(job.workload, job.params or {}, job.pk)
 
     def _profile_as_runs(self, jobs: list[Job], res: RoundResult) -> None:
         """Script jobs without a curve (queue order), each in a placement of its own, queued -> profiling, with
@@ -280,10 +295,12 @@ class Scheduler:
                 taken = [(str(r.device), float(r.device.budget_bytes), f"running {r.jobs} job(s), "
                           f"{int(r.peak_bytes)} bytes of peaks (a job is profiled alone there unless its own "
                           "budget fits beside them)") for r in rooms]
-                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy + taken)))
+                waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy + taken,
+                                                               online=len(busy) + len(taken) + len(blind))))
                 continue
             rooms.remove(fit)
-            busy.append((str(fit.device), float(fit.device.budget_bytes), f"profiling job {job.pk}"))
+            # never the job's id: it may be another tenant's
+            busy.append((str(fit.device), float(fit.device.budget_bytes), "profiling a job"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
             groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
                                                "budget_bytes": fit.device.budget_bytes}))
@@ -314,7 +331,7 @@ class Scheduler:
                 for j in jobs if (p := reuse.get(j.pk)) is not None])
             reusing = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is not None]
             lifecycle.mark_ready(reusing, "memory curve of an identical job reused; not profiled",
-                                details_by_job={j.pk: {"profile_of_job": reuse[j.pk].job_id} for j in reusing})
+                                details_by_job={j.pk: _reused_from(j, reuse[j.pk]) for j in reusing})
             uploaded = [j for j in jobs if j.pk in reuse and reuse[j.pk].job_id is None]
             lifecycle.mark_ready(uploaded, "memory curve from a snapshot uploaded for this code and command; not profiled",
                                 details_by_job={j.pk: {"profile": reuse[j.pk].pk} for j in uploaded})
@@ -445,23 +462,32 @@ class _Clock:
 def _one_profile_per_kind(jobs: list[Job]) -> tuple[list[Job], list[tuple[Job, reasons.WaitReason]]]:
     """Of queued ``jobs`` to profile (queue order), the first of each kind of identical jobs (zico.jobs.known)
     that no job is profiling now; the others, with why they wait: an identical job's profile will serve
-    them (the next round copies it). One query."""
+    them (the next round copies it; another tenant's identical job is not named). One query."""
     if not jobs:
         return [], []
     q, _ = known.any_identical(jobs)
     owner = {}
-    for pk, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
-                                 .values_list("pk", "workload", "params")):
-        owner.setdefault(known.params_key(workload, params), pk)
+    for pk, tenant_id, workload, params in (Job.objects.filter(q, status=JobStatus.PROFILING).order_by("pk")
+                                            .values_list("pk", "tenant_id", "workload", "params")):
+        owner.setdefault(known.params_key(workload, params), (pk, tenant_id))
     send, held = [], []
     for j in jobs:
         key = known.params_key(j.workload, j.params)
         if key in owner:
-            held.append((j, reasons.identical_profiling(owner[key])))
+            pk, tenant_id = owner[key]
+            held.append((j, reasons.identical_profiling(pk, same_tenant=tenant_id == j.tenant_id)))
         else:
-            owner[key] = j.pk
+            owner[key] = (j.pk, j.tenant_id)
             send.append(j)
     return send, held
+
+
+def _reused_from(job: Job, profile: MemoryProfile) -> dict:
+    """The status_change Event's details of a job given an identical job's curve: that job's id when it is of the
+    job's own tenant; else only that it was another tenant's (its id is not this tenant's to see)."""
+    if profile.job.tenant_id == job.tenant_id:
+        return {"profile_of_job": profile.job_id}
+    return {"profile_of_job": None, "profile_of_another_tenant": True}
 
 
 def _redis():
@@ -517,7 +543,7 @@ class _Room:
 def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
     """Online devices with a budget that run no job of unknown memory (none placed, running or profiling there
     without a stored curve), as rooms; GPUs first, then the fewest jobs. Also the ids of the devices left out
-    for a job of unknown memory. Two queries.
+    for a job of unknown memory. Three queries.
 
     Note [Where a script is profiled]
         A script job's profile is the start of its run, and until its curve is known the device's
@@ -535,22 +561,44 @@ def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
     for dev_id, tenant_id, peak in (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
                                     .annotate(peak=Subquery(latest_peak[:1]))
                                     .values_list("placements__device_id", "tenant_id", "peak")):
-        if peak is None:
-            blind.add(dev_id)
         room = rooms.get(dev_id)
+        if peak is None and room is not None:  # an offline device is left out for that already
+            blind.add(dev_id)
         if room is not None:
             room.tenants.add(tenant_id)
             room.jobs += 1
             room.peak_bytes += float(peak or 0)
+    # a catalog job's profile run has no placement, but its tenant is on the device all the same
+    for dev_id, tenant_id in (Job.objects.filter(status=JobStatus.PROFILING, profiling_device_id__in=list(rooms))
+                              .values_list("profiling_device_id", "tenant_id")):
+        rooms[dev_id].tenants.add(tenant_id)
     out = sorted((r for pk, r in rooms.items() if pk not in blind),
                  key=lambda r: (r.device.kind != Device.Kind.GPU, r.jobs, r.device.pk))
     return out, blind
 
 
-def _profiling_device() -> Device | None:
-    """An online device to profile on: a GPU if there is one, else a CPU pool; the one with
-    the fewest placed or running jobs."""
-    from django.db.models import Count, Q
+@dataclass
+class _ProfileRoom:
+    """An online device a catalog job's ``profile_job`` may go to, with the tenants whose jobs hold memory there
+    (placed, running or profiling in an open placement, or a catalog job profiling there) and their job ids."""
+
+    device: Device
+    load: int = 0
+    tenants: set[int] = field(default_factory=set)
+    job_ids: dict[int, list[int]] = field(default_factory=dict)  # tenant id -> its jobs there
+
+    def admits(self, tenant_id: int, tenants: dict) -> bool:
+        """May a job of ``tenant_id`` be profiled here: placement.tenancy.refusing_tenants over the tenants
+        already here and the job's, the rule of every placement."""
+        involved = {tenant_id, *self.tenants}
+        return not refusing_tenants({t: tenants[t].allow_cross_tenant_colocation for t in involved})
+
+
+def _profiling_rooms() -> list[_ProfileRoom]:
+    """Online devices with a budget to profile catalog jobs on, in order of preference: a GPU before a CPU pool,
+    then the fewest placed or running jobs, then the id; each with the tenants of the jobs holding memory there
+    (see :class:`_ProfileRoom`). Three queries."""
+    from django.db.models import Q
 
     from zico.jobs.transitions import ON_DEVICE
 
@@ -558,4 +606,25 @@ def _profiling_device() -> Device | None:
                .select_related("node")
                .annotate(load=Count("placements", filter=Q(placements__ended_at__isnull=True,
                                                            placements__jobs__status__in=ON_DEVICE))))
-    return min(devices, key=lambda d: (d.kind != Device.Kind.GPU, d.load, d.pk), default=None)
+    rooms = {d.pk: _ProfileRoom(d, d.load) for d in devices}
+    placed = (Job.objects.filter(on_device_q(), placements__ended_at__isnull=True,
+                                 placements__device_id__in=list(rooms))
+              .values_list("pk", "tenant_id", "placements__device_id"))
+    profiling = (Job.objects.filter(status=JobStatus.PROFILING, profiling_device_id__in=list(rooms))
+                 .values_list("pk", "tenant_id", "profiling_device_id"))
+    for pk, tenant_id, dev_id in [*placed, *profiling]:
+        room = rooms[dev_id]
+        room.tenants.add(tenant_id)
+        if pk not in room.job_ids.setdefault(tenant_id, []):
+            room.job_ids[tenant_id].append(pk)
+    return sorted(rooms.values(), key=lambda r: (r.device.kind != Device.Kind.GPU, r.load, r.device.pk))
+
+
+def _no_profiling_room(job: Job, rooms: list[_ProfileRoom], tenants: dict) -> reasons.WaitReason:
+    """Why a catalog job gets no profiling device: none online (with the devices that are not), or every online
+    one holds a job of a tenant that refuses to share with its tenant, or that its tenant refuses."""
+    if not rooms:
+        return reasons.no_profiling_device(_unavailable_devices())
+    others = sorted({pk for r in rooms for t, ids in r.job_ids.items() if t != job.tenant_id for pk in ids})
+    return reasons.profiling_tenants_do_not_share(tenants[job.tenant_id].allow_cross_tenant_colocation,
+                                                  [str(r.device) for r in rooms], others)

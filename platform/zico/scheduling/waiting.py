@@ -18,6 +18,14 @@ jobs still in the status the round saw are locked and read (a job cancelled or p
 keeps its move's cleared reason), one UPDATE sets each its own reason (joined with a ``VALUES``
 list: a ``CASE`` on the id, as Django's ``bulk_update`` writes, took seconds to build for 500 jobs),
 one bulk insert writes the Events.
+
+Note [A waiting Event names no other tenant's job]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A reason's sentence never names a job of another tenant (Note [Waiting reasons] in placement.reasons), but
+its figures keep the ids (``job_ids``, ``slowed_job_id``, ``job``) for the round's logs. The ``waiting``
+Event is the job's, read by its tenant through ``/api/jobs/{id}/events/``, so :func:`record` writes into it
+only the ids of the job's own tenant's jobs, and ``other_tenant_jobs``: how many of another tenant's it left
+out (one query for the tenants of every id the round's figures name).
 """
 from __future__ import annotations
 
@@ -43,6 +51,7 @@ def record(waiting: list[tuple[Job, WaitReason]], status: str, now=None) -> list
     if not changed:
         return []
     now = now or timezone.now()
+    tenant_of = _tenants_of(r.figures for _, r in changed.values())
     with transaction.atomic():
         still = list(Job.objects.select_for_update().filter(pk__in=list(changed), status=status)
                      .order_by("pk").values_list("pk", "waiting_since"))
@@ -54,12 +63,43 @@ def record(waiting: list[tuple[Job, WaitReason]], status: str, now=None) -> list
         Event.objects.bulk_create([
             Event(kind=Event.Kind.WAITING, time=now, job_id=pk, tenant_id=changed[pk][0].tenant_id,
                   details={"reason": changed[pk][1].text, "kind": changed[pk][1].kind,
-                           "device": changed[pk][1].device, **dict(changed[pk][1].figures)})
+                           "device": changed[pk][1].device,
+                           **own_figures(changed[pk][1].figures, changed[pk][0].tenant_id, tenant_of)})
             for pk in ids])
     for pk in ids:
         job, r = changed[pk]
         job.waiting_reason, job.waiting_kind, job.waiting_since = r.text, r.kind, since[pk]
     return ids
+
+
+_JOB_ID_KEYS = ("slowed_job_id", "job")  # figures naming one job (placement.reasons); "job_ids" names several
+
+
+def _tenants_of(all_figures) -> dict[int, int]:
+    """``{job id: tenant id}`` of every job the figures name (one query; none when they name none)."""
+    ids = set()
+    for figures in all_figures:
+        ids.update(i for i in figures.get("job_ids") or () if isinstance(i, int))
+        ids.update(figures[k] for k in _JOB_ID_KEYS if isinstance(figures.get(k), int))
+    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "tenant_id")) if ids else {}
+
+
+def own_figures(figures, tenant_id: int, tenant_of: dict[int, int]) -> dict:
+    """A reason's ``figures`` as a ``tenant_id`` job's Event may carry them (Note [A waiting Event names no other
+    tenant's job]): the ids of other tenants' jobs (or of jobs gone) left out and counted in
+    ``other_tenant_jobs``."""
+    out = dict(figures)
+    hidden = set()
+    if isinstance(out.get("job_ids"), list):
+        hidden.update(i for i in out["job_ids"] if tenant_of.get(i) != tenant_id)
+        out["job_ids"] = [i for i in out["job_ids"] if i not in hidden]
+    for k in _JOB_ID_KEYS:
+        if out.get(k) is not None and tenant_of.get(out[k]) != tenant_id:
+            hidden.add(out[k])
+            out[k] = None
+    if hidden:
+        out["other_tenant_jobs"] = len(hidden)
+    return out
 
 
 def _write_columns(rows: list[tuple[int, WaitReason]], now) -> None:
