@@ -224,7 +224,8 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
             output.line("system", f"running the catalog project's {' '.join(proc_spec['argv'][:4])}")
         job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement, on_message=relay.on_message,
                      stop_check=lambda: "aborted" if claim.superseded else link.stop_requested(job_id, spec.placement),
-                     tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line)
+                     tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line,
+                     wall_limit=spec.wall_limit)
         relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
     except (usercode.CodeFetchError, jobenv.BuildError, _NotStarted) as exc:
