@@ -93,3 +93,17 @@ def test_only_staff_set_a_tenants_maximum(personas, client_for, who, status):
         assert r.data["max_time_limit_s"] == 3600
         r = client_for(personas.staff).patch("/api/tenants/acme/", {"max_time_limit_s": 0}, format="json")
         assert r.status_code == 400 and "max_time_limit_s" in r.data
+
+
+def test_the_job_page_shows_the_limit_and_staff_set_the_tenants_on_the_tenant_page(personas, client_for):
+    limit_tenant(personas, 3600)
+    r = client_for(personas.teammate).post("/api/jobs/", SPEC, format="json")
+    html = client_for(personas.teammate).get(f"/jobs/{r.data['id']}/").content.decode()
+    assert "Wall-clock limit" in html and "1 h 0 min (the tenant&#x27;s limit)" in html, html
+    r = client_for(personas.staff).post("/tenants/acme/quotas/", {"max_running_jobs": 4, "max_time_limit_h": "0.5"})
+    assert r.status_code == 302
+    personas.tenant.refresh_from_db()
+    assert personas.tenant.max_time_limit_s == 1800
+    client_for(personas.staff).post("/tenants/acme/quotas/", {"max_running_jobs": 4})  # empty: no tenant limit
+    personas.tenant.refresh_from_db()
+    assert personas.tenant.max_time_limit_s is None
