@@ -224,7 +224,8 @@ class Scheduler:
         can never run: Note [Known memory needs] in zico.jobs.known) or -> profiling (task queued for
         after the commit), in bulk moves. The queued rows are locked as they are read (``FOR UPDATE``
         re-checks the status after any wait), so no one else moves them before the bulk moves."""
-        queued = list(Job.objects.select_for_update().filter(status=JobStatus.QUEUED)
+        # the tenant comes along for the specs (its wall-clock limit, Job.wall_limit); only the job rows are locked
+        queued = list(Job.objects.select_for_update(of=("self",)).select_related("tenant").filter(status=JobStatus.QUEUED)
                       .order_by("-priority", "created_at", "pk"))
         if not queued:
             return
