@@ -48,5 +48,7 @@ def test_a_job_past_its_wall_clock_limit_fails_naming_it(stack, waiter, tenant_o
     assert job.status == "failed", (job.status, job.failure_reason, stack.log("worker.log")[-3000:])
     assert job.failure_reason.startswith("ran past its wall-clock limit of 4 s (the job's own limit): stopped"), \
         job.failure_reason
+    logs = zico(home, "logs", str(job_id))
+    assert "wall-clock limit: 4 s (the job's own limit)" in logs.stderr and "tick 1" in logs.stdout, logs  # system lines: stderr
     status = zico(home, "status", str(job_id))
     assert "ran past its wall-clock limit of 4 s" in status.stdout, status.stdout
