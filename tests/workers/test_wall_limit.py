@@ -30,22 +30,24 @@ def run_script(tmp_path, job_id, argv, limit):
 
     run = JobRun(job_id, spec, on_output=on_output, wall_limit=limit)
     try:
-        out = agent.run(run)
+        out = agent.run(run)  # returns once the job's process has ended
+        ran_s = time.monotonic() - run.launched_at
     finally:
         agent.close()
-    return out, run, ticks, first_tick.is_set()
+    return out, ran_s, ticks, first_tick.is_set()
 
 
 @pytest.mark.parametrize("argv", [["python", "prints_and_sleeps.py"],
                                   ["python", "prints_and_sleeps.py", "--ignore-term"]], ids=["term", "ignores-term"])
 def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails(tmp_path, argv):
-    out, run, ticks, ticked = run_script(tmp_path, 910_001, argv, WallLimit(3, "job"))
-    assert ticked, out  # it ran and printed: alive, not hung (hang timeout 2.5 s < its 3 s)
+    out, ran_s, ticks, ticked = run_script(tmp_path, 910_001, argv, WallLimit(3, "job"))
+    assert ticked, out  # it ran and printed, so it was never hung (hang timeout 2.5 s: a hang would say "hung")
     assert out["status"] == "failed", out
     assert out["reason"].splitlines()[0] == "ran past its wall-clock limit of 3 s (the job's own limit): stopped"
-    # stopped at its limit, not before it; and not left running: SIGKILL within the grace when it ignores SIGTERM
-    assert ticks[-1] - run.launched_at < 3 + 1.0 + 1.5, ticks
-    assert len(ticks) >= 3, ticks  # 2.5 s of hang timeout passed while it printed: the limit stopped it
+    # stopped at its limit, not before; and not left running: SIGKILL after the 1 s grace when it ignores SIGTERM
+    assert 3 <= ran_s < 3 + 1.0 + 3.0, ran_s
+    if "--ignore-term" in argv:
+        assert "killed by signal SIGKILL" in out["reason"], out["reason"]
 
 
 def test_a_tenant_limit_names_the_tenant(tmp_path):
