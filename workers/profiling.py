@@ -111,7 +111,7 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
     try:
         dirs, proc_spec = catalog_script_spec(rt, spec, profile_fields)
         run = JobRun(spec.job, proc_spec, profiling=True, tenant_id=int(spec.tenant or 0),
-                     budget_bytes=spec.job_budget_bytes,
+                     budget_bytes=spec.job_budget_bytes, wall_limit=spec.wall_limit,
                      stop_check=lambda: "cancelled" if rt.link.cancel_requested(spec.job) else None)
         result = rt.agent.run(run)
         if result["status"] == "succeeded":

@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zico_contracts import jobmetrics, userjob
+from zico_contracts import jobmetrics, userjob, walltime
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from .agent.sandbox import CATALOG_PROJECT  # the built-in project a catalog job runs
@@ -225,7 +225,11 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
             output.line("system", f"running the catalog project's {' '.join(proc_spec['argv'][:4])}")
         job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement, on_message=relay.on_message,
                      stop_check=lambda: "aborted" if claim.superseded else link.stop_requested(job_id, spec.placement),
-                     tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line)
+                     tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line,
+                     wall_limit=spec.wall_limit)
+        if spec.wall_limit is not None:  # Note [A job's wall-clock limit] in workers.agent.agent
+            output.line("system", f"wall-clock limit: {walltime.describe(spec.wall_limit)}, from the start of the "
+                                  "job's process")
         relay.job = job
         result = rt.agent.run(job)  # raises CurveError (bad curve) or RuntimeError (already here) before launching
     except (usercode.CodeFetchError, jobenv.BuildError, _NotStarted) as exc:

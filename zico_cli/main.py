@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from zico_contracts import walltime
 from zico_contracts.codearchive import ArchiveError, check_member_path
 
 from . import config
@@ -32,6 +33,22 @@ def parse_bytes(text: str) -> int:
     if not m or m.group(2).lower() not in UNITS:
         raise click.BadParameter(f"{text!r}: expected bytes like 2GiB, 512MiB or 1073741824")
     return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1h30m"``, ``"1.5h"`` -> seconds (> 0). Raises
+    click.BadParameter otherwise."""
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", text)
+    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s+", "", text) \
+            or any(u.lower() not in DURATION_UNITS or (not u and i < len(parts) - 1) for i, (_, u) in enumerate(parts)):
+        raise click.BadParameter(f"{text!r}: expected a duration like 90s, 30m, 2h or 1h30m (seconds without a unit)")
+    seconds = sum(float(n) * DURATION_UNITS[u.lower()] for n, u in parts)
+    if seconds <= 0:
+        raise click.BadParameter(f"{text!r}: must be more than 0 seconds")
+    return seconds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,6 +77,9 @@ def login(url, token, as_json):
 @click.option("--tenant", help="tenant slug (needed when you can submit to several)")
 @click.option("--budget", help="the most memory the job may hold, e.g. 8GiB")
 @click.option("--priority", type=int, default=0, show_default=True, help="-100..100, higher goes first")
+@click.option("--time-limit", "time_limit", metavar="DURATION",
+              help="the longest the job may run, wall clock, e.g. 90s, 30m, 2h or 1h30m: past it the job is stopped "
+                   "and fails; at most your tenant's limit (default: the lesser of your tenant's and the platform's)")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="an environment variable for the command")
 @click.option("--snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="a PyTorch memory snapshot of this command's run (torch.cuda.memory._dump_snapshot()): the job, "
@@ -67,13 +87,18 @@ def login(url, token, as_json):
 @json_option
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit(name, tenant, budget, priority, env, snapshot, as_json, directory, command):
+def submit(name, tenant, budget, priority, time_limit, env, snapshot, as_json, directory, command):
     """Pack DIRECTORY (honouring .gitignore and .zicoignore), upload it and run COMMAND in it as a job.
 
     Example: zico submit --budget 8GiB . -- python train.py --epochs 3
     """
     variables = parse_env(env)
     budget_bytes = parse_bytes(budget) if budget else None
+    try:
+        time_limit_s = parse_duration(time_limit) if time_limit else None
+    except click.BadParameter as exc:
+        exc.param_hint = "'--time-limit'"
+        raise
     api = connect()
     archive = upload_project(api, directory, tenant, as_json)
     tenant = tenant or archive["tenant"]
@@ -86,6 +111,8 @@ def submit(name, tenant, budget, priority, env, snapshot, as_json, directory, co
                            f"{curve['id']})")
     body = {"code": archive["id"], "command": list(command), "env": variables, "name": name,
             "priority": priority, "budget_bytes": budget_bytes, "tenant": tenant}
+    if time_limit_s is not None:
+        body["time_limit_s"] = time_limit_s
     job = api.post("/api/jobs/", body)
     url = f"{api.url}/jobs/{job['id']}/"
     with_curve = f"\nIts memory curve is the snapshot's (peak {human_bytes(curve['peak_bytes'])}): it is placed " \
@@ -131,6 +158,10 @@ def _job_text(j: dict) -> str:
             ("progress", f"{j['progress_iteration']}/{j['total_iterations'] or '?'} iterations"),
             ("budget", human_bytes(j["budget_bytes"]) if j["budget_bytes"] else "none"),
             ("priority", str(j["priority"])), ("created", j["created_at"])]
+    if j.get("time_limit_s"):  # its wall-clock limit as resolved at submission
+        source = j.get("time_limit_source")
+        rows.insert(-2, ("time limit", walltime.format_duration(j["time_limit_s"])
+                         + (f" ({walltime.SOURCES[source]})" if source in walltime.SOURCES else "")))
     if j["waiting_reason"]:
         rows.append(("waiting", j["waiting_reason"]))
     if j["failure_reason"]:

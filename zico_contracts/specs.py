@@ -16,12 +16,16 @@ Run spec (:class:`RunSpec`)::
     tenant          int | null  the job's tenant id (the pool scrubs a chunk that moves to another tenant)
     job_budget_bytes int | null the job's own budget: the most bytes the device agent lets its process hold
                                 (Note [A job's own budget] in the allocator's agent_server.cpp); null: none
+    wall_limit      obj | null  the job's hard wall-clock limit, {"seconds": number > 0, "source": "job" |
+                                "tenant" | "platform"} (zico_contracts.walltime): the device agent stops its
+                                process that long after launch and fails the job naming it; null or absent: none
     + for a job with code, the fields of zico_contracts.codejob.CodeSpec (code_url, command, job_token, ...)
 
 Profile spec (:class:`ProfileSpec`)::
 
-    workload, params, tenant, job_budget_bytes   as above
-    time_limit_s    number | null  stop the run after the first iteration past it (null: no limit)
+    workload, params, tenant, job_budget_bytes, wall_limit   as above
+    time_limit_s    number | null  stop the run after the first iteration past it (null: no limit): a soft
+                                   stop the job process applies at an iteration boundary, beside wall_limit
     warmup, steady  int            iterations before the traced ones, and traced ones (defaults 1 and 3)
     + the code fields, as above
 
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zico_contracts.codejob import CodeSpec, CodeSpecError
+from zico_contracts.walltime import FIELD as WALL_LIMIT, WallLimit, WallLimitError
 
 
 class SpecError(ValueError):
@@ -79,6 +84,18 @@ def _job_budget(spec: dict) -> int | None:
     return value
 
 
+def _wall_limit(spec: dict) -> WallLimit | None:
+    """``wall_limit``: a :class:`zico_contracts.walltime.WallLimit` or None. Raises SpecError naming it."""
+    try:
+        return WallLimit.from_dict(spec.get(WALL_LIMIT))
+    except WallLimitError as exc:
+        raise SpecError(exc.field, exc.message) from None
+
+
+def _wall_limit_field(limit: WallLimit | None) -> dict[str, Any]:
+    return {WALL_LIMIT: limit.to_dict()} if limit is not None else {}
+
+
 def _optional_text(spec: dict, key: str) -> str | None:
     """``spec[key]``: None when absent, else a non-empty string; raises SpecError naming ``key``."""
     value = spec.get(key)
@@ -116,6 +133,8 @@ class RunSpec:
             None for a job that has its curve (and for every catalog job, which profile_job profiles).
         job_budget_bytes: the job's own budget (bytes), which the device agent never lets its process pass;
             None: only the device's budget holds it.
+        wall_limit: the job's hard wall-clock limit (seconds since its process was launched, and its source), which
+            the device agent enforces (Note [A job's wall-clock limit] in workers.agent.agent); None: none.
     """
 
     job: int
@@ -130,6 +149,7 @@ class RunSpec:
     code: CodeSpec | None = None  # a command job (a user's own script), else None
     profile: dict[str, Any] | None = None
     job_budget_bytes: int | None = None
+    wall_limit: WallLimit | None = None
 
     @classmethod
     def from_dict(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -147,7 +167,7 @@ class RunSpec:
         if not isinstance(plan, dict):
             raise SpecError("plan", "expected a JSON object")
         return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant, code, _profile(spec, code), _job_budget(spec))
+                   tenant, code, _profile(spec, code), _job_budget(spec), _wall_limit(spec))
 
     parse = from_dict  # the worker's older name
 
@@ -161,6 +181,7 @@ class RunSpec:
             out["job_budget_bytes"] = self.job_budget_bytes
         if self.profile is not None:
             out["profile"] = self.profile
+        out.update(_wall_limit_field(self.wall_limit))
         type(self).from_dict(self.job, out)
         return out
 
@@ -200,6 +221,7 @@ class ProfileSpec:
     steady: int | None = None  # None: DEFAULT_STEADY
     code: CodeSpec | None = None
     job_budget_bytes: int | None = None  # as in RunSpec
+    wall_limit: WallLimit | None = None  # as in RunSpec
 
     DEFAULT_WARMUP = 1
     DEFAULT_STEADY = 3
@@ -218,7 +240,8 @@ class ProfileSpec:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise SpecError(name, f"expected an integer >= {least}, got {value!r}")
             counts[name] = value
-        return cls(job_id, workload, params, limit, tenant, counts["warmup"], counts["steady"], code, _job_budget(spec))
+        return cls(job_id, workload, params, limit, tenant, counts["warmup"], counts["steady"], code, _job_budget(spec),
+                   _wall_limit(spec))
 
     @property
     def warmup_iterations(self) -> int:
@@ -236,5 +259,6 @@ class ProfileSpec:
                "tenant": self.tenant, **counts, **_code_fields(self.code)}
         if self.job_budget_bytes is not None:
             out["job_budget_bytes"] = self.job_budget_bytes
+        out.update(_wall_limit_field(self.wall_limit))
         type(self).from_dict(self.job, out)
         return out

@@ -235,6 +235,10 @@ ZICO_WORKER_LOST_AFTER_S = _positive("ZICO_WORKER_LOST_AFTER_S", 15.0, float)
 # Seconds a profiling run may take (float): the worker stops it at the first iteration boundary past it
 # and the job fails with that reason; the control consumer fails a job still profiling at twice this.
 ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
+# The platform's wall-clock limit of one job (seconds, float; default 24 h): the most a job's process may run,
+# however its tenant's maximum or its own request are set (the least of the three holds, zico_contracts.walltime);
+# the device agent stops a job past it and fails it naming the limit (docs/operations.md).
+ZICO_JOB_TIME_LIMIT_S = _positive("ZICO_JOB_TIME_LIMIT_S", 24 * 3600.0, float)
 
 # --- Code jobs: archives, outputs, logs, the worker-facing API (zico/jobs/code.py, docs/cli.md) ---------
 # Uploaded code archives, content-addressed (<sha256>.tar.gz | .zip); limits: Note [Code archive limits]

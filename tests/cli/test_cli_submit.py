@@ -176,3 +176,23 @@ def test_an_unchanged_project_packs_to_the_same_bytes(tmp_path):
     assert hashlib.sha256((tmp_path / "c.tar.gz").read_bytes()).hexdigest() != digest[0]
     with tarfile.open(tmp_path / "c.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["sub/data.txt", "train.py"]
+
+
+def test_submit_time_limit_is_the_jobs_wall_clock_limit_and_one_above_the_tenants_is_refused(
+        zico, signed_in, personas, tmp_path):
+    project = make_project(tmp_path / "proj")
+    result = zico("submit", "--name", "limited", "--time-limit", "1h30m", project, "--", "python", "train.py")
+    assert result.exit_code == 0, result.output
+    job = Job.objects.get(name="limited")
+    assert (job.time_limit_s, job.time_limit_source) == (5400.0, "job")
+    status = zico("status", "--json", job.pk)
+    assert status.exit_code == 0, status.output
+    assert (json.loads(status.stdout)["time_limit_s"], json.loads(status.stdout)["time_limit_source"]) == (5400.0, "job")
+    assert "1 h 30 min (the job's own limit)" in zico("status", job.pk).output
+    personas.tenant.change(max_time_limit_s=3600)
+    before = Job.objects.count()
+    result = zico("submit", "--time-limit", "2h", project, "--", "python", "train.py")
+    assert result.exit_code == 4 and "time_limit_s: 7200 s is above tenant acme's maximum of 3600 s" in result.output
+    assert Job.objects.count() == before
+    result = zico("submit", "--time-limit", "soon", project, "--", "python", "train.py")
+    assert result.exit_code == 2 and "--time-limit" in result.output  # a usage error naming the flag

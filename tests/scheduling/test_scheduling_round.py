@@ -22,7 +22,8 @@ def test_a_queued_job_without_a_curve_is_sent_to_profiling(cluster, tenant, make
     assert task == "zico.device.profile_job"
     assert args == [job.pk, {"workload": "digits-cnn", "params": {"iterations": 50, "seed": job.params["seed"]},
                              "time_limit_s": 120.0,
-                             "tenant": job.tenant_id}]
+                             "tenant": job.tenant_id,  # and its hard wall-clock limit, the platform's here
+                             "wall_limit": {"seconds": 86400.0, "source": "platform"}}]
 
 
 def test_a_queued_job_with_a_curve_becomes_ready_and_is_placed_in_the_same_round(cluster, tenant, make_job, queued_messages):

@@ -35,6 +35,8 @@ def test_a_job_profiling_past_twice_the_limit_is_failed_with_the_limit_named(red
 
 def test_the_profile_spec_carries_the_limit(tenant, settings):
     settings.ZICO_PROFILE_TIME_LIMIT_S = 42.0
+    settings.ZICO_JOB_TIME_LIMIT_S = 3600.0
     job = Job.objects.create(tenant=tenant, workload="digits-cnn", params={"iterations": 3})
     assert job.profile_spec() == {"workload": "digits-cnn", "params": {"iterations": 3}, "time_limit_s": 42.0,
-                                 "tenant": job.tenant_id}
+                                 "tenant": job.tenant_id,  # and the hard wall-clock limit (zico_contracts.walltime)
+                                 "wall_limit": {"seconds": 3600.0, "source": "platform"}}

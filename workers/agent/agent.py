@@ -9,6 +9,9 @@ the job's live figures (read by the reporter). The calling thread supervises, fo
 * a stop request (``stop_check()`` -> ``"cancelled"`` / ``"aborted"``): ``stop`` message and SIGTERM, SIGKILL
   after ``stop_grace_s``;
 * the hang watchdog: no progress message for ``hang_timeout_s`` outside a gate wait -> SIGKILL, failed;
+* the wall-clock limit (``JobRun.wall_limit``): run past it since launch -> ``stop`` message and SIGTERM,
+  SIGKILL after ``stop_grace_s``, failed ("ran past its wall-clock limit of 1 h 0 min (the tenant's limit):
+  stopped", Note [A job's wall-clock limit]);
 * bypass detection: the job's ``RssAnon`` above its baseline, allowed share and ``bypass_margin_bytes`` ->
   SIGKILL, failed ("used 353.11 MiB of memory outside Zico's allocator (...), over the 128.00 MiB allowed:
   stopped", Note [Memory outside the allocator]; the figures behind it in the log).
@@ -52,7 +55,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from placement.compute_meter import ComputeMeter
-from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob
+from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob, walltime
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
@@ -97,6 +100,7 @@ class JobRun:
     next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
     compute_share: dict[str, Any] | None = None  # the run's measured share (zico_contracts.computeshare), at its end
     cpu_share: dict[str, Any] | None = None  # its slot's cores and threads (zico_contracts.cpushare), CPU only
+    wall_limit: walltime.WallLimit | None = None  # Note [A job's wall-clock limit]; None: none
     # live state
     pid: int | None = None
     job_pid: int | None = None
@@ -121,6 +125,7 @@ class JobRun:
     baseline_device_used: int | None = None  # CUDA: NVML used memory of the process at ``ready`` (its context)
     ready: bool = False
     started_at: float = field(default_factory=time.time)
+    launched_at: float | None = None  # time.monotonic() when its process was started
     last_progress: float = field(default_factory=time.monotonic)
     in_gate: bool = False
     yielding: str = ""  # "gated" (held at its gate), "yielding" (through its iteration) or "": Note [Yielding
@@ -234,6 +239,7 @@ class DeviceAgent:
         gate.join(run.job_id)
         cpu = (lambda: process_cpu_s(run.job_pid)) if self.device == "cpu" else None
         self.meter.join(run.job_id, run.curve, cpu, continuous=run.profiling)
+        run.launched_at = time.monotonic()
         proc.start()
         try:
             returncode = self._supervise(run, proc)
@@ -296,11 +302,16 @@ class DeviceAgent:
         next_stop_check = next_rss = next_disk = 0.0
         disk_roots = [d for d in (run.spec.get("output_dir"), run.spec.get("scratch_dir")) if d]
         kill_at = None
+        wall_kill_at = None  # SIGKILL then, once the wall-clock limit's SIGTERM was sent
         while True:
             rc = proc.wait(TICK_S)
             if rc is not None:
                 return rc
             now = time.monotonic()
+            if wall_kill_at is None:
+                wall_kill_at = self._check_wall_limit(run, proc, now)
+            elif now >= wall_kill_at:
+                proc.signal(signal.SIGKILL)
             if run.stop_status is None and now >= next_stop_check:
                 next_stop_check = now + STOP_CHECK_S
                 stop = run.stop_check()
@@ -325,6 +336,33 @@ class DeviceAgent:
                 self._check_device_bypass(run, proc)
             if disk_roots and now >= next_disk:
                 next_disk = now + max(s.disk_interval_s, 10 * self._check_disk(run, proc, disk_roots))
+
+    def _check_wall_limit(self, run: JobRun, proc: JobProcess, now: float) -> float | None:
+        """Note [A job's wall-clock limit]
+            A job's hard wall-clock limit (``JobRun.wall_limit``, the run spec's ``wall_limit``: the least of the
+            job's own request, its tenant's maximum and ``ZICO_JOB_TIME_LIMIT_S``, resolved on the web side by
+            zico_contracts.walltime.resolve) counts from the launch of its process (``JobRun.launched_at``): the
+            code fetch and an environment build before it do not count, and neither does a wait for a device.
+            Time the job spends held at its memory gate does count: a job held there still holds its device
+            slot, and the coordinator's delays are bounded by the plan's slowdown (``ZICO_MAX_SLOWDOWN``), which
+            a limit should leave room for. Past it the job is stopped as a cancel stops it (a ``stop`` message
+            and SIGTERM, SIGKILL after ``stop_grace_s``) and fails with :func:`zico_contracts.walltime.reason`
+            ("ran past its wall-clock limit of 1 h 0 min (the tenant's limit): stopped"), whatever its own
+            ``done`` says. The clock is the agent's, in the worker: nothing the job prints, reports or sleeps
+            through moves it (the hang watchdog looks at progress; this does not). The soft
+            ``time_limit_s`` of a profile stays the job process's own iteration-boundary stop.
+
+        Stop ``run`` when it has run past its limit; returns when to SIGKILL it (monotonic seconds), else None."""
+        limit = run.wall_limit
+        if (limit is None or run.launched_at is None or now - run.launched_at < limit.seconds
+                or run.stop_status is not None or run.killed_reason is not None):
+            return None
+        run.killed_reason = walltime.reason(limit)
+        log.warning("job %s (pid %s) stopped after %.1f s: %s", run.job_id, proc.pid, now - run.launched_at,
+                    run.killed_reason)
+        proc.send("stop", reason="time_limit")
+        proc.signal(signal.SIGTERM)
+        return now + self.settings.stop_grace_s
 
     def _check_disk(self, run: JobRun, proc: JobProcess, roots: list[str]) -> float:
         """Note [A job's disk] in workers.agent.diskwatch: stop ``run`` when its writable directories hold more

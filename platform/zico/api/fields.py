@@ -1,5 +1,6 @@
-"""Serializer fields of the API that are stricter than DRF's: an integer field that takes JSON integers only, and a
-JSON field whose form-field text is parsed under the body's nesting limit.
+"""Serializer fields of the API that are stricter than DRF's: an integer field that takes JSON integers only, a
+seconds field that takes positive JSON numbers only, and a JSON field whose form-field text is parsed under the
+body's nesting limit.
 
 DRF's ``IntegerField`` coerces: ``"1000"`` and ``1e3`` (a JSON float) both become 1000, and a value beyond
 Python's float range (``1e30``) reads "A valid integer is required.". Byte counts and priorities are
@@ -8,6 +9,7 @@ integers; a string or a float in a JSON body is a client bug worth naming.
 from __future__ import annotations
 
 import json
+import math
 
 from django.http import QueryDict
 from rest_framework import serializers
@@ -48,6 +50,26 @@ class StrictIntegerField(serializers.IntegerField):
             what = f"the string {data[:40]!r}" if isinstance(data, str) else f"a JSON {kind}"
             raise serializers.ValidationError(f"expected an integer, got {what}")
         return super().to_internal_value(data)
+
+
+class SecondsField(serializers.FloatField):
+    """A positive, finite JSON number of seconds (an integer or a float; not a string or boolean; a string of
+    digits in a form body). Errors name what came: "expected a positive number of seconds, got the string '3'",
+    "... got -1"."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and isinstance(getattr(self.root, "initial_data", None), QueryDict):
+            try:
+                data = float(data)
+            except ValueError:
+                pass
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            kind = {dict: "an object", list: "an array", bool: str(data).lower()}.get(type(data))
+            what = f"the string {data[:40]!r}" if isinstance(data, str) else kind or type(data).__name__
+            raise serializers.ValidationError(f"expected a positive number of seconds, got {what}")
+        if not math.isfinite(data) or data <= 0 or data > INT64_MAX:
+            raise serializers.ValidationError(f"expected a positive number of seconds, got {data!r}")
+        return float(data)
 
 
 class ReasonField(serializers.CharField):

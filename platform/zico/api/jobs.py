@@ -21,7 +21,7 @@ from zico.tenants.models import Role, Tenant
 from .access import field_error, require_role
 from .curves import SnapshotUploadSerializer, attach_snapshot
 from .conditional import etag_of, mark, not_modified, with_body_etag
-from .fields import FormJSONField, ReasonField, StrictIntegerField
+from .fields import FormJSONField, ReasonField, SecondsField, StrictIntegerField
 from .job_outputs import AFTER, LIMIT, JobFileSerializer, LogPageSerializer, log_page
 from .job_rows import PageRows, fast_path_supported, page_sql_text
 from .events import EventSerializer, paginated_events
@@ -78,7 +78,7 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = ["id", "tenant", "owner", "name", "workload", "params", "code", "command", "env",
-                  "budget_bytes", "priority", "status",
+                  "budget_bytes", "time_limit_s", "time_limit_source", "priority", "status",
                   "created_at", "updated_at", "status_changed_at", "started_at", "finished_at", "failure_reason",
                   "waiting_reason", "waiting_kind", "waiting_since",
                   "metrics", "attempts", "lost_count", "progress_iteration", "total_iterations", "device", "profile"]
@@ -114,6 +114,11 @@ class JobSubmitSerializer(serializers.Serializer):
     budget_bytes = StrictIntegerField(required=False, allow_null=True, default=None,
                                       help_text="bytes (a JSON integer); > 0, at most the largest device's total")
     priority = StrictIntegerField(required=False, default=0, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX)
+    time_limit_s = SecondsField(
+        required=False, allow_null=True, default=None,
+        help_text="seconds (> 0) the job's process may run, wall clock, before the device agent stops it and it "
+                  "fails; at most the tenant's max_time_limit_s and the platform's ZICO_JOB_TIME_LIMIT_S "
+                  "(above either: 400). Null: the lesser of those")
 
     def validate_tenant(self, slug: str) -> Tenant:
         tenant = Tenant.objects.for_user(self.context["request"].user).filter(slug=slug).first()
@@ -208,7 +213,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
                 raise JobSpecError("code", "required with a command: upload the project with POST /api/code/")
             job = submit_job(tenant=d["tenant"], owner=request.user, workload=d["workload"], params=d["params"],
                              budget_bytes=d["budget_bytes"], priority=d["priority"], name=d["name"], code=code,
-                             command=d["command"], env=d["env"])
+                             command=d["command"], env=d["env"], time_limit_s=d["time_limit_s"])
         except JobSpecError as exc:
             raise field_error(exc.field, exc.message) from exc
         count_job_submission(request, d["tenant"])  # only accepted submissions count (zico.ratelimits)

@@ -2,7 +2,8 @@
 
 Who may change what:
 * name, allow_cross_tenant_colocation — the tenant's owners and admins;
-* max_running_jobs, max_total_budget_bytes, share_weight (quotas) — cluster staff only: a quota limits a
+* max_running_jobs, max_total_budget_bytes, share_weight, max_time_limit_s (quotas; the last in seconds, the
+  longest one of its jobs may run, null: no tenant limit) — cluster staff only: a quota limits a
   tenant's share of the cluster, so the tenant cannot raise its own;
 * members — admins add/remove members, admins and viewers; only owners grant, change or remove
   the owner role; the last owner cannot be demoted or removed.
@@ -33,7 +34,7 @@ class TenantSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "max_running_jobs", "max_total_budget_bytes", "share_weight",
+        fields = ["slug", "name", "max_running_jobs", "max_total_budget_bytes", "share_weight", "max_time_limit_s",
                   "allow_cross_tenant_colocation", "created_at", "my_role", "running_jobs", "budgeted_bytes"]
         read_only_fields = ["slug", "created_at"]
 

@@ -295,7 +295,8 @@ class Placement(models.Model):
         workload, params, placement id, ``run_token`` (str), the job's memory ``curve``, the ``plan`` and
         ``job_created_at`` (ISO 8601; names the job across deployments for its checkpoints), ``tenant`` (its id:
         the device's pool scrubs memory that moves between tenants), ``job_budget_bytes`` (the job's own budget,
-        which the device agent never lets its process pass); for a job with
+        which the device agent never lets its process pass), ``wall_limit`` (its wall-clock limit,
+        ``Job.wall_limit``, which the device agent enforces); for a job with
         code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...). A script
         job without a curve (``curve`` None) is profiled as its run starts: ``profile`` carries
         ``time_limit_s`` (``settings.ZICO_PROFILE_TIME_LIMIT_S``; Note [A script's profile is the start of its
@@ -307,7 +308,8 @@ class Placement(models.Model):
         return RunSpec(job=job.pk, workload=job.workload, params=job.params or {}, placement=self.pk,
                        run_token=str(self.run_token), curve=curve, plan=self.plan,
                        job_created_at=job.created_at.isoformat(), tenant=job.tenant_id,
-                       code=code_spec(job), profile=profile, job_budget_bytes=job.budget_bytes).to_dict()
+                       code=code_spec(job), profile=profile, job_budget_bytes=job.budget_bytes,
+                       wall_limit=job.wall_limit()).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
         """Per-job figures of the stored sharing plan: ``{job id: {"predicted_slowdown": ratio | None}}`` for

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from placement.curves import SOURCES, CurveError, MemoryCurve, curve_from_dict
 from zico.tenants.models import Role
+from zico_contracts import walltime
 from zico_contracts.specs import ProfileSpec
 
 from .code import code_spec
@@ -68,6 +69,14 @@ class Job(models.Model):
     command = models.JSONField(default=list, blank=True, help_text="argv run in the project (code jobs)")
     env = models.JSONField(default=dict, blank=True, help_text="NAME -> value for the command (code jobs)")
     budget_bytes = models.BigIntegerField(null=True, blank=True, help_text="Bytes; most this job may hold")
+    # Its wall-clock limit, resolved at submission (zico_contracts.walltime.resolve: the least of the job's own request,
+    # its tenant's max_time_limit_s and settings.ZICO_JOB_TIME_LIMIT_S) and where it came from; null: a job stored
+    # before limits (its run still gets its tenant's and the platform's, Job.wall_limit).
+    time_limit_s = models.FloatField(null=True, blank=True, editable=False,
+                                     help_text="Seconds its process may run (wall clock) before the agent stops it")
+    time_limit_source = models.CharField(max_length=8, blank=True, editable=False,
+                                         choices=[(k, v) for k, v in walltime.SOURCES.items()],
+                                         help_text="whose limit time_limit_s is: job, tenant or platform")
     priority = models.SmallIntegerField(default=0, help_text=f"{PRIORITY_MIN}..{PRIORITY_MAX}; higher goes first")
     status = models.CharField(max_length=10, choices=Status.choices, default="queued", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -109,6 +118,8 @@ class Job(models.Model):
                                    name="job_budget_positive"),
             models.CheckConstraint(condition=models.Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
                                    name="job_priority_range"),
+            models.CheckConstraint(condition=models.Q(time_limit_s__isnull=True) | models.Q(time_limit_s__gt=0),
+                                   name="job_time_limit_positive"),
             models.CheckConstraint(condition=models.Q(status__in=ALL_STATUSES), name="job_status_known"),
             models.CheckConstraint(condition=(models.Q(code__isnull=True) & ~models.Q(workload=""))
                                    | (models.Q(code__isnull=False) & models.Q(workload="")),
@@ -138,15 +149,28 @@ class Job(models.Model):
             return True
         return self.owner_id == user.pk and self.tenant.has_role(user, Role.MEMBER)
 
+    def wall_limit(self) -> walltime.WallLimit | None:
+        """The wall-clock limit its run is sent with (Note [A job's wall-clock limit] in workers.agent.agent): the
+        limit resolved at submission, unless its tenant's maximum or the platform's is lower now (a limit lowered
+        after submission holds for the job's next run too; one raised after it does not raise the job's)."""
+        stored = self.time_limit_s if self.time_limit_source in walltime.SOURCES else None
+        tenant_s = self.tenant.max_time_limit_s
+        limit = walltime.resolve(platform_s=settings.ZICO_JOB_TIME_LIMIT_S, tenant_s=tenant_s)
+        if stored is not None and (limit is None or stored <= limit.seconds):
+            return walltime.WallLimit(stored, self.time_limit_source)
+        return limit
+
     def profile_spec(self) -> dict[str, Any]:
         """The JSON spec of ``zico.device.profile_job`` for this job (read by workers.profiling.profile):
         ``{"workload", "params", "time_limit_s", "tenant"}``, the limit being ``settings.ZICO_PROFILE_TIME_LIMIT_S``
         and ``tenant`` the job's tenant id (the device's pool scrubs memory that moves between tenants),
-        ``job_budget_bytes`` the job's own budget (the agent's hard cap), plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
+        ``job_budget_bytes`` the job's own budget (the agent's hard cap), ``wall_limit`` its wall-clock limit
+        (:meth:`wall_limit`), plus for a job with code the fields of zico_contracts.codejob (zico.jobs.code.code_spec); built by
         zico_contracts.specs.ProfileSpec, the class the worker parses it with."""
         return ProfileSpec(job=self.pk, workload=self.workload, params=self.params or {},
                            time_limit_s=float(settings.ZICO_PROFILE_TIME_LIMIT_S), tenant=self.tenant_id,
-                           code=code_spec(self), job_budget_bytes=self.budget_bytes).to_dict()
+                           code=code_spec(self), job_budget_bytes=self.budget_bytes,
+                           wall_limit=self.wall_limit()).to_dict()
 
     def latest_profile(self) -> "MemoryProfile | None":
         return self.profiles.order_by("-created_at", "-id").first()

@@ -15,6 +15,8 @@ from django.db import models, transaction
 from zico.cluster.models import MIN_BUDGET_BYTES, Device
 from zico.tenants.models import Role, Tenant
 
+from zico_contracts import walltime
+
 from .known import misfit
 from .models import PRIORITY_MAX, PRIORITY_MIN, Event, Job
 from .transitions import JobStatus
@@ -22,8 +24,8 @@ from .transitions import JobStatus
 
 class JobSpecError(ValueError):
     """A job spec is invalid. ``field`` names the input: ``workload``, ``params.<name>``,
-    ``budget_bytes``, ``priority``, ``name``, ``tenant``, ``code``, ``command`` (``command[i]``) or
-    ``env`` (``env.<NAME>``)."""
+    ``budget_bytes``, ``priority``, ``name``, ``tenant``, ``code``, ``command`` (``command[i]``),
+    ``env`` (``env.<NAME>``) or ``time_limit_s``."""
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
@@ -113,7 +115,8 @@ def code_identity(code, command: list[str], env: dict[str, str]) -> dict[str, An
 
 def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, Any] | None = None,
                budget_bytes: int | None = None, priority: int = 0, name: str = "", code=None,
-               command: list[str] | None = None, env: dict[str, str] | None = None) -> Job:
+               command: list[str] | None = None, env: dict[str, str] | None = None,
+               time_limit_s: float | None = None) -> Job:
     """Validate and store a new queued job: a catalog ``workload`` with ``params``, or a ``command`` in the
     project ``code`` (a CodeArchive of ``tenant``) with ``env``.
 
@@ -126,12 +129,17 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
             most the largest device's ``total_bytes`` (unchecked while no device is registered).
             Required when the tenant has a ``max_total_budget_bytes`` quota.
         priority: PRIORITY_MIN..PRIORITY_MAX, higher goes first.
+        time_limit_s: the most wall-clock seconds the job's process may run (> 0; None: its tenant's
+            ``max_time_limit_s``, else ``ZICO_JOB_TIME_LIMIT_S``). The least of those set is stored with its source
+            (``Job.time_limit_s``, ``time_limit_source``); a request above the tenant's maximum or the platform's
+            limit is refused, not cut.
     Raises:
         PermissionDenied: ``owner`` is not a member of ``tenant`` with role member or higher.
         JobSpecError: naming the field, for an unknown workload, params outside the schema, both or
             neither of workload and code, a bad command or env, a budget below ``MIN_BUDGET_BYTES`` or above
             the largest device, a known need that fits nowhere or an identical job's remembered profiling
-            failure (:func:`refuse_known_misfit`), or an exceeded quota.
+            failure (:func:`refuse_known_misfit`), an exceeded quota, or a ``time_limit_s`` that is not a positive
+            number of seconds or is above its tenant's ``max_time_limit_s`` or ``ZICO_JOB_TIME_LIMIT_S``.
     """
     if not tenant.has_role(owner, Role.MEMBER):
         raise PermissionDenied(f"{owner} may not submit jobs to {tenant.slug} (role member or higher needed)")
@@ -165,6 +173,8 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
         if largest is not None and budget_bytes > largest:
             raise JobSpecError("budget_bytes", f"{budget_bytes} bytes exceeds the largest device's total "
                                                f"of {largest} bytes")
+    if time_limit_s is not None and not walltime.positive_seconds(time_limit_s):
+        raise JobSpecError("time_limit_s", f"must be a positive number of seconds, got {time_limit_s!r}")
     refuse_known_misfit(workload, full_params, budget_bytes, tenant.pk)
     with transaction.atomic():
         # Lock the tenant row so concurrent submissions cannot both squeeze under the quota.
@@ -179,10 +189,34 @@ def submit_job(*, tenant: Tenant, owner, workload: str = "", params: dict[str, A
                 raise JobSpecError("budget_bytes", f"quota exceeded: tenant {locked.slug} has {used} of {quota} "
                                                    f"bytes budgeted by unfinished jobs; {budget_bytes} more "
                                                    f"does not fit")
+        limit = resolve_time_limit(locked, time_limit_s)
         iterations = full_params.get("iterations")
         job = Job.objects.create(tenant=locked, owner=owner, name=name, workload=workload or "", params=full_params,
                                  code=code, command=command, env=env, budget_bytes=budget_bytes, priority=priority,
-                                 total_iterations=iterations if isinstance(iterations, int) else None)
+                                 total_iterations=iterations if isinstance(iterations, int) else None,
+                                 time_limit_s=limit.seconds if limit else None,
+                                 time_limit_source=limit.source if limit else "")
         Event.record(Event.Kind.STATUS_CHANGE, job=job, actor=owner, reason="submitted",
                      **{"from": None, "to": JobStatus.QUEUED})
     return job
+
+
+def resolve_time_limit(tenant: Tenant, time_limit_s: float | None) -> walltime.WallLimit | None:
+    """A new job's wall-clock limit (seconds, with its source): the least of its request ``time_limit_s``, the
+    tenant's ``max_time_limit_s`` and ``settings.ZICO_JOB_TIME_LIMIT_S`` (zico_contracts.walltime.resolve).
+
+    Raises:
+        JobSpecError: ``time_limit_s`` above the tenant's maximum or the platform's limit, naming both values
+            (refused rather than cut: a job must not run shorter than its owner asked without saying so).
+    """
+    platform_s, tenant_s = settings.ZICO_JOB_TIME_LIMIT_S, tenant.max_time_limit_s
+    if time_limit_s is not None:
+        if tenant_s is not None and time_limit_s > tenant_s:
+            raise JobSpecError("time_limit_s", f"{time_limit_s:g} s is above tenant {tenant.slug}'s maximum of "
+                                               f"{tenant_s:g} s ({walltime.format_duration(tenant_s)}) "
+                                               f"(max_time_limit_s)")
+        if time_limit_s > platform_s:
+            raise JobSpecError("time_limit_s", f"{time_limit_s:g} s is above the platform's maximum of "
+                                               f"{platform_s:g} s ({walltime.format_duration(platform_s)}) "
+                                               f"(ZICO_JOB_TIME_LIMIT_S)")
+    return walltime.resolve(job_s=time_limit_s, tenant_s=tenant_s, platform_s=platform_s)

@@ -46,7 +46,7 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
     links = list(Placement.jobs.through.objects.filter(job__status=JobStatus.PLACED, placement__ended_at__isnull=True)
                  .values_list("job_id", "placement_id").order_by("job_id"))
     if links:
-        jobs = Job.objects.in_bulk([j for j, _ in links])
+        jobs = Job.objects.select_related("tenant").in_bulk([j for j, _ in links])  # the spec reads the tenant
         placements = Placement.objects.select_related("device__node").in_bulk([p for _, p in links])
         latest = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id").values("pk")[:1]
         curve_of = dict(Job.objects.filter(pk__in=jobs).annotate(c=Subquery(latest)).values_list("pk", "c"))
@@ -62,7 +62,7 @@ def unsent_tasks(run_task: str, profile_task: str) -> list[tuple[str, int, str, 
             events.append(Event(kind=Event.Kind.PLACEMENT, tenant_id=job.tenant_id, job=job, device=placement.device,
                                 details={"action": RESENT, "task": run_task, "placement": placement.pk,
                                          "reason": reason}))
-    profiling = list(Job.objects.filter(status=JobStatus.PROFILING).select_related("profiling_device__node")
+    profiling = list(Job.objects.filter(status=JobStatus.PROFILING).select_related("profiling_device__node", "tenant")
                      .order_by("pk"))
     in_run = dict(Placement.jobs.through.objects.filter(job__in=profiling, placement__ended_at__isnull=True)
                   .values_list("job_id", "placement_id"))

@@ -227,7 +227,8 @@ class Scheduler:
         re-checks the status after any wait), so no one else moves them before the bulk moves. A catalog job is
         profiled on the first device of :func:`_profiling_rooms` that admits its tenant (the co-location rule of
         every placement); with none, it waits saying why (:func:`_no_profiling_room`)."""
-        queued = list(Job.objects.select_for_update().filter(status=JobStatus.QUEUED)
+        # the tenant comes along for the specs (its wall-clock limit, Job.wall_limit); only the job rows are locked
+        queued = list(Job.objects.select_for_update(of=("self",)).select_related("tenant").filter(status=JobStatus.QUEUED)
                       .order_by("-priority", "created_at", "pk"))
         if not queued:
             return

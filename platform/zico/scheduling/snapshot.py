@@ -140,7 +140,7 @@ def take_snapshot(now=None) -> Snapshot:
                for t in Tenant.objects.all()}
     resident = list(Job.objects.filter(on_device_q(), placements__ended_at__isnull=True)
                     .values_list("pk", "placements__device_id").distinct())
-    ready = list(Job.objects.filter(status=JobStatus.READY))
+    ready = list(Job.objects.filter(status=JobStatus.READY).select_related("tenant"))  # its run spec reads the tenant
     curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])
     resident_rows = {j.pk: j for j in Job.objects.filter(pk__in=[pk for pk, _ in resident])}
     snap = Snapshot(state=ClusterState((), (), tenants))  # filled in below

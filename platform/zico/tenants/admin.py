@@ -26,7 +26,7 @@ class MembershipInline(admin.TabularInline):
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "max_running_jobs", "max_total_budget_bytes", "share_weight",
-                    "allow_cross_tenant_colocation", "created_at"]
+                    "max_time_limit_s", "allow_cross_tenant_colocation", "created_at"]
     list_filter = ["allow_cross_tenant_colocation", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}

@@ -8,7 +8,7 @@ A tenant owns jobs; users act in a tenant through a Membership whose role decide
     admin   — also cancels any of the tenant's jobs and manages members (not owners)
     owner   — also grants and removes the owner role
 
-Quotas (``max_running_jobs``, ``max_total_budget_bytes``, ``share_weight``) are set by cluster staff (Django
+Quotas (``max_running_jobs``, ``max_total_budget_bytes``, ``share_weight``, ``max_time_limit_s``) are set by cluster staff (Django
 ``is_staff``), not by the tenant itself; see zico/api/tenants.py.
 """
 from __future__ import annotations
@@ -68,6 +68,12 @@ class Tenant(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0)],
         help_text="Bytes; sum of budgets over unfinished jobs. Empty = no limit.",
     )
+    # The most wall-clock seconds one of its jobs may run (zico_contracts.walltime); null means no tenant limit
+    # (the platform's ZICO_JOB_TIME_LIMIT_S still holds). A job asking for more is refused at submission.
+    max_time_limit_s = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Seconds; the longest one of its jobs may run (wall clock). Empty = no tenant limit.",
+    )
     # Weight in the scheduler's weighted fair share of device-memory-seconds (placement.tenancy).
     # Bounded: a weight of 1e308 made every other tenant's share round to zero (placement.tenancy divides by
     # the sum of weights), so one typo starved the cluster.
@@ -89,6 +95,8 @@ class Tenant(models.Model):
                 name="tenant_budget_quota_non_negative",
             ),
             models.CheckConstraint(condition=models.Q(share_weight__gt=0), name="tenant_share_weight_positive"),
+            models.CheckConstraint(condition=models.Q(max_time_limit_s__isnull=True) | models.Q(max_time_limit_s__gt=0),
+                                   name="tenant_time_limit_positive"),
         ]
 
     def __str__(self) -> str:
@@ -113,7 +121,7 @@ class Tenant(models.Model):
     def change(self, *, actor=None, **changes) -> list[str]:
         """Apply ``changes`` (field -> value) and record one Event per kind of change.
 
-        Quota fields (``max_running_jobs``, ``max_total_budget_bytes``) record a quota_change
+        Quota fields (``max_running_jobs``, ``max_total_budget_bytes``, ``max_time_limit_s``) record a quota_change
         Event; ``name`` and ``allow_cross_tenant_colocation`` a tenant_change Event. Values are
         validated with the model's validators first. Returns the names of fields that changed.
 
@@ -156,7 +164,8 @@ class Tenant(models.Model):
         return m
 
 
-QUOTA_FIELDS = ("max_running_jobs", "max_total_budget_bytes", "share_weight")  # set by cluster staff
+QUOTA_FIELDS = ("max_running_jobs", "max_total_budget_bytes", "share_weight",  # set by cluster staff
+                "max_time_limit_s")
 SETTINGS_FIELDS = ("name", "allow_cross_tenant_colocation")  # set by the tenant's owners and admins
 
 

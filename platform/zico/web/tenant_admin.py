@@ -36,6 +36,10 @@ class QuotaForm(forms.Form):
                                     label="Fair-share weight",
                                     help_text=f"{SHARE_WEIGHT_MIN} to {SHARE_WEIGHT_MAX:g}; twice the weight, "
                                               "twice the share. Empty = unchanged.")
+    max_time_limit_h = forms.DecimalField(min_value=0.001, required=False, decimal_places=3, max_digits=9,
+                                          label="Job wall-clock limit (hours)",
+                                          help_text="The longest one of its jobs may run; empty = no tenant limit "
+                                                    "(the platform's ZICO_JOB_TIME_LIMIT_S still holds).")
 
 
 class TenantCreateForm(forms.Form):
@@ -79,7 +83,9 @@ def _context(request, tenant: Tenant, new_token: dict | None = None) -> dict:
         "add_form": AddMemberForm(), "token_form": TokenForm(), "create_form": TenantCreateForm(),
         "quota_form": QuotaForm(initial={"max_running_jobs": tenant.max_running_jobs,
                                          "max_total_budget_gib": None if quota is None else round(quota / GIB, 3),
-                                         "share_weight": tenant.share_weight}),
+                                         "share_weight": tenant.share_weight,
+                                         "max_time_limit_h": None if tenant.max_time_limit_s is None
+                                         else round(tenant.max_time_limit_s / 3600, 3)}),
         "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
         "new_token": new_token,
     }
@@ -154,6 +160,8 @@ def quota_change(request, slug: str):
     gib = form.cleaned_data["max_total_budget_gib"]
     changes = {"max_running_jobs": form.cleaned_data["max_running_jobs"],
                "max_total_budget_bytes": None if gib is None else int(gib * GIB)}
+    hours = form.cleaned_data["max_time_limit_h"]
+    changes["max_time_limit_s"] = None if hours is None else max(1, int(round(hours * 3600)))
     if form.cleaned_data["share_weight"] is not None:
         changes["share_weight"] = form.cleaned_data["share_weight"]
     try:  # Tenant.change validates and records the quota_change Event (old and new values), as the API does

@@ -1,8 +1,9 @@
-"""Template filters that format Zico's figures for people: bytes as KiB/MiB/GiB, seconds, percentages."""
+"""Template filters that format Zico's figures for people: bytes as KiB/MiB/GiB, seconds, limits, percentages."""
 from __future__ import annotations
 
 from django import template
 
+from zico_contracts import walltime
 from zico_contracts.oom import format_bytes, readable_reason
 
 register = template.Library()
@@ -29,6 +30,22 @@ def seconds_h(value) -> str:
         return f"{m} min {s} s"
     h, m = divmod(m, 60)
     return f"{h} h {m} min"
+
+
+@register.filter
+def duration_h(value) -> str:
+    """A limit in seconds: ``3`` -> ``"3 s"``, ``3600`` -> ``"1 h 0 min"`` (zico_contracts.walltime); ``—`` if None."""
+    if value in (None, ""):
+        return "—"
+    return walltime.format_duration(float(value))
+
+
+@register.filter
+def wall_limit_h(job) -> str:
+    """A job's wall-clock limit as its run is sent it (``Job.wall_limit``): ``"1 h 0 min (the tenant's limit)"``;
+    ``—`` when none holds."""
+    limit = job.wall_limit()
+    return walltime.describe(limit) if limit is not None else "—"
 
 
 @register.filter
