@@ -7,6 +7,8 @@
 * :mod:`.output` — a job's stdout/stderr cut into lines of bounded size (``JobRun.on_output``).
 * :mod:`.sandbox` — the bubblewrap sandbox of a user-script job: its command line, uid, limits, directories.
 * :mod:`.agent` — :class:`DeviceAgent`: the coordinator gate for every job, watchdogs, the outcome of each run.
+* :mod:`.diskwatch`, :mod:`.shmwatch` — what a job's directories hold on disk; the shared memory its processes
+  hold outside the pool (both stop a job past its limit).
 * :mod:`.lock` — one agent per device (an ``flock`` that dies with its holder).
 
 The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is
