@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,7 +199,12 @@ def upload_outputs(code: CodeSpec, output_dir: Path) -> dict[str, Any]:
                            f"{max_file} bytes a file)")
             continue
         try:
-            with open(path, "rb") as f:
+            # never through a link, never blocking on a FIFO, a regular file only (as workers.jobfiles reads):
+            # a name swapped for a link after the walk is refused, not followed as root
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError(f"{rel} is not a regular file")
                 r = requests.post(code.files_url, headers=auth_header(code.job_token), data={"path": rel},
                                   files={"file": (path.name, f)}, timeout=HTTP_TIMEOUT_S)
             if r.status_code not in (200, 201):
