@@ -79,6 +79,17 @@ def run_together(agent, jobs, extra=None, after=None):
     assert not any(t.is_alive() for t in threads), "a job run did not return"
 
 
+def run_alone(job, **settings):
+    """``job`` alone on a CPU agent of 1 GiB with ``settings`` (AgentSettings fields); returns its outcome."""
+    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None,
+                        AgentSettings(hang_timeout_s=120, startup_timeout_s=120, **settings))
+    try:
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    return job.outcome
+
+
 @contextlib.contextmanager
 def touch_once_ended(job, path: Path):
     """Within the block, a thread touches ``path`` (a file a neighbour script waits for) once ``job`` has an
@@ -476,14 +487,8 @@ def test_a_script_cannot_report_the_figures_the_platform_measures(tmp_path, agen
 def test_a_script_that_fills_its_directories_is_stopped_at_the_disk_limit(tmp_path, mode):
     # Note [A job's disk] in workers.agent.diskwatch: /tmp is in the scratch directory; empty files count 4 KiB
     limit = 8 * MiB
-    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120,
-                                                                     disk_bytes=limit))
-    try:
-        job = Job(tmp_path, 6, ["python", "fills_disk.py", mode])
-        run_together(agent, [job])
-    finally:
-        agent.close()
-    out = job.outcome
+    job = Job(tmp_path, 6, ["python", "fills_disk.py", mode])
+    out = run_alone(job, disk_bytes=limit)
     assert out["status"] == "failed", out
     assert out["reason"].startswith("wrote more than 8.00 MiB to its output and scratch directories (/tmp "
                                     "included), over the disk limit of a job (ZICO_JOB_DISK_BYTES)"), out
@@ -496,14 +501,8 @@ def test_shared_memory_counts_as_the_jobs_memory(tmp_path, mode):
     # Note [Shared memory of a job] in workers.agent.shmwatch: mmap(-1, n), an unmapped memfd and /dev/shm files
     # count with the job's anonymous memory, under the one bound (baseline + margin); /dev/shm holds the margin
     margin = 128 * MiB  # the script's own start (torch's buffers) takes ~90 MiB of anonymous memory
-    agent = DeviceAgent("cpu", 1 << 30, 1 << 30, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120,
-                                                                     bypass_margin_bytes=margin))
-    try:
-        job = Job(tmp_path, 7, ["python", "leaks_shared.py", mode])
-        run_together(agent, [job])
-    finally:
-        agent.close()
-    out = job.outcome
+    job = Job(tmp_path, 7, ["python", "leaks_shared.py", mode])
+    out = run_alone(job, bypass_margin_bytes=margin)
     assert out["status"] == "failed", out
     assert out["reason"].startswith("used "), out["reason"]
     assert ("MiB of memory outside Zico's allocator (plain malloc, shared memory, another library), over the "
