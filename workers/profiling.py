@@ -105,7 +105,8 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
     import shutil
 
     from .agent import JobRun
-    from .runner import catalog_script_spec, profiled_curve
+    from .profiletrace import profiled_curve
+    from .runner import catalog_script_spec
 
     dirs = None
     try:

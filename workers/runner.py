@@ -22,7 +22,7 @@ Note [A script's profile is the start of its run]
     (``warmup``, ``steady``, ``time_limit_s``). The script starts as any run does, ungated (it has no curve
     yet; the device's budget still holds it); its first ``warmup + steady`` iterations are traced through
     the allocator (``workers.job.entry``), then the job process sends ``profiled`` and goes on training.
-    Here the trace becomes the curve (:func:`profiled_curve`), sent as ``profile_done`` with the placement
+    Here the trace becomes the curve (:func:`workers.profiletrace.profiled_curve`), sent as ``profile_done`` with the placement
     (the web side stores it as the job's MemoryProfile, which reruns of the same code and command reuse,
     and moves the job to ``running``, so the scheduler sees the device hold a job of known memory and may
     place the next job beside it), and the agent gates the job with it from its next iteration on, as a new
@@ -90,6 +90,7 @@ from .job import checkpoints
 from .device import DeviceRuntime
 from .gate import DelayTally
 from .joblines import escape_controls, neutral_paths
+from .profiletrace import profiled_curve
 
 log = logging.getLogger(__name__)
 
@@ -399,45 +400,13 @@ def progress_values(values: dict[str, Any], first: int, script: bool) -> tuple[d
     return figures, int(done) if done is not None else first
 
 
-def profiled_curve(dirs, job_id: int, warmup: int, device: str, meta: dict[str, Any],
-                   held_peak_bytes: Any = None) -> dict[str, Any]:
-    """The memory curve (DESIGN contract, source ``allocator-trace``) from the trace a script job's first
-    iterations left in its scratch dir (workers.job.entry.PROFILE_TRACE), with ``held_peak_bytes`` (the bytes
-    its pool held at most meanwhile, when known) stored in it for the one planning rule
-    (``placement.gating.with_held_peak``, Note [One planning rule]). Raises ValueError saying why the trace is
-    missing or holds no usable iteration."""
-    import json
-    from types import SimpleNamespace
-
-    from placement.curves import CurveError
-    from placement.gating import with_held_peak
-    from workers.curves.capture import allocator_records_to_trace
-    from zico_workloads.curves.trace import trace_curve
-
-    from .job.entry import PROFILE_TRACE
-    from .jobfiles import read_job_file
-
-    try:
-        rows = json.loads(read_job_file(dirs.scratch_dir, PROFILE_TRACE))
-        records = [SimpleNamespace(kind=k, timestamp_s=t, job_allocated_bytes=a, delta_bytes=d, iteration=i,
-                                   job=job_id) for k, t, a, d, i in rows]
-        curve = trace_curve(allocator_records_to_trace(records, job_id), warmup=warmup, source="allocator-trace",
-                            device=device if device == "cpu" else f"cuda:{device.partition(':')[2] or 0}",
-                            meta=meta)
-        if isinstance(held_peak_bytes, int) and held_peak_bytes > 0:
-            curve = with_held_peak(curve, held_peak_bytes)
-    except (OSError, ValueError, TypeError, CurveError) as exc:
-        raise ValueError(f"the script's profile trace is unusable: {type(exc).__name__}: {exc}") from None
-    return curve.to_dict()
-
-
 def _send_profile(rt: DeviceRuntime, spec: RunSpec, dirs, msg: dict[str, Any]) -> None:
     """On the job's ``profiled``: send its curve (``profile_done`` with the placement) and gate the job with it;
     an unusable trace is sent as the profile's error (the web side fails the job and stops the run)."""
     try:
         curve = profiled_curve(dirs, spec.job, spec.profile["warmup"], rt.torch_device,
                                {"command": list(spec.code.command), "code_sha256": spec.code.code_sha256},
-                               msg.get("peak_reserved"))
+                               msg.get("peak_reserved"), msg.get("iterations"), msg.get("profile_s"))
         rt.agent.set_curve(spec.job, curve)
     except (ValueError, KeyError) as exc:  # CurveError is a ValueError
         log.warning("job %s: no curve from its profile: %s", spec.job, escape_controls(str(exc)))

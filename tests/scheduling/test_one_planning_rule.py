@@ -45,7 +45,7 @@ def _same(a, b):
 
 def test_the_scheduler_the_workers_gate_colocate_and_the_simulator_plan_the_same_curve(cluster, tenant, make_job):
     solo, held = _solo_profile()
-    stored = with_held_peak(solo, held)  # what the worker sends in profile_done (workers.runner.profiled_curve)
+    stored = with_held_peak(solo, held)  # what the worker sends in profile_done (workers.profiletrace.profiled_curve)
     job = make_job(tenant, curve=stored)  # stored as the control consumer stores it (MemoryProfile.record)
     row = MemoryProfile.objects.get(job=job)
 

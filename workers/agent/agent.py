@@ -111,6 +111,8 @@ class JobRun:
     reserved: int = 0
     peak_allocated: int = 0
     peak_reserved: int = 0
+    held_peak: int | None = None  # the agent pool's peak grant to the job, at its end (None: per-process pools)
+    began: int = 0  # iterations the agent let start (a go sent): Note [A profile is what the agent measured]
     delay_s: float = 0.0
     delays: int = 0
     gate: Any = None
@@ -244,6 +246,7 @@ class DeviceAgent:
         try:
             returncode = self._supervise(run, proc)
         finally:
+            run.held_peak = self.pool.peak_held_bytes(run.job_id)
             self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
             run.gate.leave(run.job_id)
             self._measured(run)
@@ -487,6 +490,8 @@ class DeviceAgent:
             run.gate.progress(run.job_id, "iteration_end", msg["iteration"])
         elif kind == "done":
             run.done = msg
+        elif kind == "profiled":
+            msg = self._measured_profile(run, msg)
         elif kind == "metric" and "iterations_total" in msg:
             run.iterations = msg["iterations_total"]
         elif kind == "log":  # the job's own log records at WARNING and above arrive so (workers.jobproc)
@@ -495,6 +500,31 @@ class DeviceAgent:
             log.log(level if isinstance(level, int) else logging.WARNING, "%s",
                     for_log(run.job_id, "log", str(msg.get("line", ""))[:1000]))
         run.on_message(msg)
+
+    def _measured_profile(self, run: JobRun, msg: dict[str, Any]) -> dict[str, Any]:
+        """A script job's ``profiled`` with the agent's figures in place of the job's (the Note below).
+
+        Note [A profile is what the agent measured]
+            A script job's profile is its own allocator's trace of its first iterations (Note [A script's profile
+            is the start of its run] in workers/runner.py), and everything in the ``profiled`` message and the
+            trace file comes from the job's process, which runs the user's code: it can write a trace and send
+            ``profiled`` of its own (1e12 iterations, a peak of 1e15 bytes were stored so). So the agent puts
+            its own measures in the message: ``peak_reserved`` is what its pool granted the job at most
+            (:meth:`Pool.peak_held_bytes`; with per-process pools the job's figure, never above the budget its
+            pool is bounded by), ``iterations`` at most the iterations it let start (``JobRun.began``),
+            ``profile_s`` at most the time since the process was launched. The runner then refuses a trace that
+            claims more than these (:func:`workers.profiletrace.checked_trace_rows`): more allocated bytes than were
+            granted, more iterations than were let start, a longer span than the run. A job can still make its
+            curve smaller than what it truly uses, but not past what the agent holds it to (its budget and the
+            gate, Note [A job's own budget]); it cannot make another job's plan wrong by claiming more.
+        """
+        held = self.pool.peak_held_bytes(run.job_id)
+        if held is None:  # per-process pools: each bounded by the device budget and the job's own
+            reported = int(msg.get("peak_reserved") or 0)
+            held = min([reported] + [b for b in (self.pool.budget_bytes, run.budget_bytes) if b])
+        since = time.monotonic() - (run.launched_at if run.launched_at is not None else time.monotonic())
+        return {**msg, "iterations": min(msg["iterations"], run.began), "peak_reserved": held,
+                "profile_s": round(min(float(msg["profile_s"]), since), 3)}
 
     def _on_output(self, run: JobRun, stream: str, line: str) -> None:
         run.last_progress = time.monotonic()  # a job that prints is not hung (a user script may never step)
@@ -547,6 +577,7 @@ class DeviceAgent:
         run.gate.progress(run.job_id, "iteration_start", iteration)
         self.meter.begin(run.job_id)  # it computes from its go (the wait above is not compute)
         proc.send("go", delay_s=float(delay))
+        run.began += 1
         run.on_message({"type": "go", "iteration": iteration, "delay_s": float(delay)})
 
     def _outcome(self, run: JobRun, proc: JobProcess, returncode: int) -> dict[str, Any]:
@@ -554,7 +585,8 @@ class DeviceAgent:
         # the job process's word: the names only this side measures go (zico_contracts.jobmetrics)
         metrics = jobmetrics.without_worker_metrics(dict((run.done or {}).get("metrics") or {}))
         metrics.update(peak_allocated_bytes=max(run.peak_allocated, int(metrics.get("peak_allocated_bytes", 0))),
-                       peak_reserved_bytes=max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0))),
+                       peak_reserved_bytes=(run.held_peak if run.held_peak is not None else
+                                            max(run.peak_reserved, int(metrics.get("peak_reserved_bytes", 0)))),
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon,
                        peak_shared_bytes=run.peak_shared,
                        **({"peak_disk_bytes": run.peak_disk} if run.peak_disk else {}))

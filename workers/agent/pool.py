@@ -92,6 +92,15 @@ class Pool:
         job = self.native.stats()["jobs"].get(job_id)
         return None if job is None else int(job["held_bytes"])
 
+    def peak_held_bytes(self, job_id: int) -> int | None:
+        """The most bytes the agent pool has granted ``job_id`` at once since it was added: the agent's own
+        measure of the job's reserved peak (Note [A profile is what the agent measured] in workers.agent.agent);
+        None without the agent pool or for an unknown job."""
+        if self.native is None:
+            return None
+        job = self.native.stats()["jobs"].get(job_id)
+        return None if job is None else int(job["peak_held_bytes"])
+
     def stats(self) -> dict[str, Any]:
         """Device figures in bytes: ``allocated``, ``reserved``, ``peak_allocated``, ``peak_reserved``.
 

@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     return _send_done(control, {**done, "metrics": link.plain(metrics)}, code)
 
 
-PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.runner (profiled_curve)
+PROFILE_TRACE = "profile-trace.json"  # in the scratch dir; read by workers.profiletrace (profiled_curve)
 
 
 class _Profiler:

@@ -25,6 +25,7 @@ Misuse raises ValueError (bad argument) or ZicoError (the allocator refused; mes
 from __future__ import annotations
 
 from ._agent import AGENT_FD_ENV, AgentPool, install_agent_client
+from ._native import TRACE_KINDS
 from ._api import (
     ZicoError,
     TraceRecord,
@@ -50,7 +51,7 @@ from ._api import (
 )
 
 __all__ = [
-    "AGENT_FD_ENV", "AgentPool", "install_agent_client", "ZicoError", "TraceRecord", "bind", "check_invariants", "drain_trace", "empty_cache", "get_budget",
+    "TRACE_KINDS", "AGENT_FD_ENV", "AgentPool", "install_agent_client", "ZicoError", "TraceRecord", "bind", "check_invariants", "drain_trace", "empty_cache", "get_budget",
     "get_budget_wait", "install_cpu", "install_cuda", "install_host_pool", "is_installed", "jobs", "last_oom",
     "mark", "memory_snapshot", "memory_stats", "reset_peak_memory_stats", "set_budget", "set_budget_wait",
     "set_cpu_scope",
