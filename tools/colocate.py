@@ -1,8 +1,9 @@
 """Co-locate real training jobs, each its own process, under a budget below the sum of their peaks, and report.
 
 The device worker's machinery without Redis or a database, for the GPU check script and for benchmarks:
-each job profiled alone in this process through the allocator (its allocator-trace curve: solo peak and
-iteration time), then all jobs run together — each as its own process (``python -m workers.jobproc``) under
+each job profiled alone, then all jobs run together, each profiled and run exactly as a device worker does it
+(tools.jobpath: the catalog project under the job process entry, its own process, in its sandbox where the
+host has one; the profile's allocator-trace curve gives the solo peak, held peak and iteration time) under
 one device agent (:mod:`workers.agent`: the agent pool, memfd chunks on CPU and VMM chunks on CUDA), gated by one
 coordinator planning with the device worker's rule (Note [One planning rule] in placement.gating) — under ``budget = fraction x sum of solo peaks`` (at least the least budget that
 rule can plan, ``placement.gating.held_floor``; the report says which applied), their first iterations
@@ -21,7 +22,6 @@ anything runs: one line on stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -43,6 +43,8 @@ class ColocateError(RuntimeError):
     """The run could not go on (a job failed while profiled alone, ...). ``main`` prints it and exits 1."""
 
 
+PROFILE_CAPACITY_BYTES = 8 << 30  # the pool each job is profiled alone in, without --capacity (a CPU pool grows
+#                                  to it chunk by chunk; a GPU's is the device's memory)
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 def parse_job(text: str) -> tuple[str, dict[str, Any]]:
     """``'resnet50:batch_size=64,data=synthetic'`` -> ``('resnet50', {'batch_size': 64, 'data': 'synthetic'})``.
@@ -111,35 +113,6 @@ def check_inputs(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", it
             raise UsageError(f"{name}: {exc}") from None
 
 
-def solo_profile(key: str, params: dict[str, Any], device: str, data_dir, job_id: int, warmup: int = 1,
-                 steady: int = 3):
-    """Profile one job alone through the installed allocator: ``(curve, peak reserved bytes)``.
-
-    The curve (allocated bytes, workers.curves.capture) gives the solo peak and iteration time; the
-    reserved peak adds the pool's block rounding and segments, which a budget must also cover."""
-    import zico_allocator as za
-
-    from workers.curves.capture import profile_curve
-
-    adev = "cpu" if device == "cpu" else int(device.partition(":")[2] or 0)
-    gc.collect()
-    za.empty_cache(device=adev)
-    za.reset_peak_memory_stats(device=adev)
-    curve = profile_curve(key, {**params, "iterations": warmup + steady}, device=device, data_dir=data_dir,
-                          warmup=warmup, steady=steady, job_id=job_id)
-    reserved = int(za.memory_stats(device=adev)["reserved_bytes.all.peak"])  # the pool's, with this job alone
-    return curve, max(reserved, int(curve.peak_bytes))
-
-
-def _install(za, device: str, capacity: int | None) -> Any:
-    if device.startswith("cuda"):
-        index = int(device.partition(":")[2] or 0)
-        za.install_cuda(index)
-        return index
-    za.install_cpu(capacity)
-    return "cpu"
-
-
 def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations: int = 20,
         budget_fraction: float = 0.8, capacity: int | None = None, data_dir: str | Path | None = None,
         warmup: int = 1, steady: int = 3, gate_headroom: float | None = None, agent_settings=None,
@@ -153,7 +126,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     ``placement.gating.held_floor``. The
     co-located pool's capacity is ``capacity`` when given, else (CPU) halfway from the budget to the sum of
     the solo reserved peaks: room for the deadlock rule, still below that sum. ``threads`` (CPU): intra-op
-    threads of the solo profiles and of every job process (``OMP_NUM_THREADS``), None leaving torch's
+    threads of every job process, profiles included (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``), None leaving torch's
     default. Whether the run showed sharing (budget below that sum, bytes moved between the processes) is
     :func:`verdict`'s.
 
@@ -168,75 +141,71 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
     if threads is not None and device == "cpu":  # before torch starts its thread pool; job processes inherit it
         os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     import torch
-
-    if threads is not None and device == "cpu":
-        torch.set_num_threads(threads)
-    import zico_allocator as za
     from placement.coordinator import Coordinator
+    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve
+    from workers.agent import DeviceAgent
     from zico_workloads.catalog import ParamsError, UnknownWorkload
 
-    from zico_allocator.build import BuildError
-
-    try:
-        adev = _install(za, device, capacity)
-    except za.ZicoError as exc:  # the device asked for cannot be used here (not visible, no CUDA upstream, ...)
-        raise UsageError(f"--device {device}: the allocator cannot be installed: {exc}") from None
-    except (BuildError, OSError) as exc:
-        raise ColocateError(f"the allocator's shim cannot be built or loaded: {exc}") from None
-    curves, solo = [], []
-    for n, (key, params) in enumerate(jobs, start=1):
-        try:
-            c, reserved_peak = solo_profile(key, params, device, data_dir, 1000 + n, warmup, steady)
-        except torch.OutOfMemoryError as exc:
-            oom = za.last_oom(device=adev)
-            if capacity is not None and oom and oom.get("reason") == "capacity":
-                raise UsageError(f"--capacity {capacity} bytes is too small: job {n} ({key}) ran out of the CPU "
-                                 f"pool while profiled alone ({exc})") from None
-            raise ColocateError(f"job {n} ({key}) ran out of memory while profiled alone: {exc}") from None
-        except (ParamsError, UnknownWorkload, OSError, za.ZicoError) as exc:  # catalog/data, the allocator
-            raise ColocateError(f"job {n} ({key}) failed while profiled alone: {type(exc).__name__}: {exc}") from None
-        curves.append(c)
-        solo.append({"workload": key, "params": params, "peak_bytes": int(c.peak_bytes),
-                     "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
-                     "peak_reserved_bytes_solo": reserved_peak})
-    solo_sum = sum(c.peak_bytes for c in curves)
-    from placement.gating import DEFAULT_GATE_HEADROOM, gate_share, held_floor, planning_curve, with_held_peak
-
-    if gate_headroom is None:  # Note [One planning rule] in placement.gating
-        gate_headroom = DEFAULT_GATE_HEADROOM
-    stored = [with_held_peak(c, s["peak_reserved_bytes_solo"]) for c, s in zip(curves, solo)]  # as a profile is
-    floor = held_floor([planning_curve(c) for c in stored], gate_headroom)  # the least budget the gate can plan
-    budget = int(max(budget_fraction * solo_sum, floor))
-    gc.collect()  # the profiled models hold reference cycles; free them before the budget applies
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    za.empty_cache(device=adev)
-    leftover = int(za.memory_stats(device=adev)["reserved_bytes.all.current"])
-    # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
-    # (python -m workers.jobproc), gated by one coordinator planning each job's planning curve below the budget. The
-    # agent holds every job's first iteration until all are ready (as the real-run experiment's does): a job
-    # that imports and builds faster would otherwise run much of its course alone, and nothing is shared.
-    from workers.agent import JobRun
+    from tools import jobpath
     from tools.bench.experiment_modes import ExperimentAgent, Timeline
 
+    work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
+    # Each job profiled alone as a device worker profiles it (tools.jobpath): its own process, the catalog
+    # project under the job process entry, its curve from the allocator trace with the pool's held peak
+    profile_capacity = capacity if capacity is not None else PROFILE_CAPACITY_BYTES
+    try:
+        profiler = DeviceAgent(device, profile_capacity if device == "cpu" else None, profile_capacity,
+                               None, agent_settings)
+    except Exception as exc:  # the device asked for cannot be used here (not visible, no CUDA upstream, ...)
+        if capacity is not None and device == "cpu":
+            raise UsageError(f"--capacity {capacity} bytes is too small for the device agent's pool: {exc}") from None
+        raise UsageError(f"--device {device}: the device agent cannot hold its pool: {exc}") from None
+    curves, solo = [], []
+    try:
+        prt = jobpath.runtime(profiler, work, data_dir)
+        for n, (key, params) in enumerate(jobs, start=1):
+            try:
+                c, out = jobpath.profile(prt, 1000 + n, key, params, warmup, steady)
+            except jobpath.JobPathError as exc:
+                if capacity is not None and "out of memory" in exc.reason:
+                    raise UsageError(f"--capacity {capacity} bytes is too small: job {n} ({key}) ran out of the "
+                                     f"CPU pool while profiled alone ({exc.reason})") from None
+                raise ColocateError(f"job {n} ({key}) failed while profiled alone: {exc.reason}") from None
+            except (ParamsError, UnknownWorkload, OSError) as exc:
+                raise ColocateError(f"job {n} ({key}) failed while profiled alone: {type(exc).__name__}: "
+                                    f"{exc}") from None
+            curves.append(c)
+            held = int(c.meta.get("held_peak_bytes") or c.peak_bytes)
+            solo.append({"workload": key, "params": params, "peak_bytes": int(c.peak_bytes),
+                         "persistent_bytes": int(c.persistent_bytes), "iteration_s": c.iteration_s,
+                         "peak_reserved_bytes_solo": max(held, int(c.peak_bytes))})
+    finally:
+        profiler.close()
+    solo_sum = sum(c.peak_bytes for c in curves)
+    if gate_headroom is None:  # Note [One planning rule] in placement.gating
+        gate_headroom = DEFAULT_GATE_HEADROOM
+    stored = curves  # each carries its held peak, as a stored profile does (placement.gating.with_held_peak)
+    floor = held_floor([planning_curve(c) for c in stored], gate_headroom)  # the least budget the gate can plan
+    budget = int(max(budget_fraction * solo_sum, floor))
+    # The co-located run: one device agent holding the pool (the agent pool on CPU), each job its own process
+    # run as a device worker runs it (tools.jobpath), gated by one coordinator planning each job's planning
+    # curve below the budget. The agent holds every job's first iteration until all are ready (as the real-run
+    # experiment's does): a job that imports and builds faster would otherwise run much of its course alone,
+    # and nothing is shared.
     reserved_sum = sum(s["peak_reserved_bytes_solo"] for s in solo)
     pool_capacity = capacity if capacity is not None else max(budget, (budget + reserved_sum) // 2)
     agent = ExperimentAgent(device, pool_capacity if device == "cpu" else None, budget,
                             Coordinator(gate_share(gate_headroom) * budget), agent_settings)
     agent.expect(range(1, len(jobs) + 1))
+    rt = jobpath.runtime(agent, work, data_dir)
     lines = {n: Timeline() for n in range(1, len(jobs) + 1)}
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
-    work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
 
     def one(job_id: int, key: str, params: dict[str, Any], curve) -> None:
         try:
-            p = {**params, "iterations": iterations}
-            out = agent.run(JobRun(job_id, {"workload": key, "params": p, "device": device,
-                                            "checkpoint_dir": str(work / "checkpoints"),
-                                            "data_dir": None if data_dir is None else str(data_dir),
-                                            "checkpoint_every_s": None}, curve=curve.to_dict(),
-                                   on_message=lines[job_id].on_message))
+            out = jobpath.run(rt, job_id, key, {**params, "iterations": iterations}, curve.to_dict(),
+                              on_message=lines[job_id].on_message)
         except Exception as exc:  # the process could not be launched: reported, never hidden
             errors.append(f"job {job_id} ({key}): {type(exc).__name__}: {exc}")
             results[job_id] = {"status": "failed", "pid": None}
@@ -285,7 +254,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "fraction_budget_bytes": int(budget_fraction * solo_sum),
         "budget_source": "feasible_floor" if floor > budget_fraction * solo_sum else "fraction",
         "sum_solo_reserved_peaks_bytes": int(solo_reserved_sum),
-        "sum_solo_peaks_bytes": int(solo_sum), "reserved_before_bytes": leftover, "pool_peak_reserved_bytes": int(pool["peak_reserved"]),
+        "sum_solo_peaks_bytes": int(solo_sum), "pool_peak_reserved_bytes": int(pool["peak_reserved"]),
         "pool_peak_allocated_bytes": int(pool["peak_allocated"]), "pool": pool_kind, "wall_s": wall, "errors": errors,
         # reuse across processes: chunks one job process returned that the agent then granted to another
         "transfer_bytes": pool.get("transfer_bytes"), "transfers": pool.get("transfers"),

@@ -9,9 +9,9 @@ catalog's defaults, ``profile_s``, and ``held_peak_bytes``, the bytes its pool h
 rule: placement.gating). It runs in a job process of its own under the device agent, like every job,
 drawing on the device's pool under its budget, so a profile beside running jobs can neither crash the worker
 nor take memory the budget does not allow; on a host without a sandbox, the same process unwrapped (Note [No
-sandbox for Zico's own code] in workers.agent.sandbox). (``workers.jobproc`` with a ``profile`` spec, which
-``tools.colocate`` and the real-run experiment use, and ``python -m workers.curves profile`` measure a
-workload with :func:`workers.curves.capture.profile_curve` instead.) The curve goes to the
+sandbox for Zico's own code] in workers.agent.sandbox). The tools that measure Zico (``tools.colocate``, the real-run
+experiment) profile through :func:`catalog_profile` too (tools.jobpath); ``python -m workers.curves profile``
+measures a workload in its own process with :func:`workers.curves.capture.profile_curve`. The curve goes to the
 web side as a ``profile_done`` message, where the control consumer stores it as the job's MemoryProfile. One
 profile runs at a time per worker, so two profiles never distort each other.
 
@@ -72,7 +72,8 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
                                                 "profile), not by profile_job"}
     else:
         with _profile_lock:
-            result = _catalog_profile(rt, parsed, profile_fields)
+            result = catalog_profile(rt, parsed, profile_fields,
+                                     lambda: "cancelled" if rt.link.cancel_requested(job_id) else None)
     if result["status"] == SUPERSEDED:  # Note [A stale profile run]
         log.info("profile of job %s superseded by its run; nothing sent", job_id)
         return {"job": job_id, "error": result["reason"]}
@@ -97,11 +98,14 @@ def profile(rt: DeviceRuntime, job_id: int, spec: dict[str, Any]) -> dict[str, A
     return {"job": job_id, **summary(curve)}
 
 
-def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) -> dict[str, Any]:
+def catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any],
+                    stop_check=lambda: None) -> dict[str, Any]:
     """The profile run of catalog job ``spec`` (a ProfileSpec) as the built-in catalog project's first
     ``warmup + steady`` iterations, through the user-script path (Note [Catalog jobs run as scripts] in
     workers.runner; the trace as Note [A script's profile is the start of its run] there); returns the agent's
-    outcome, with ``curve`` when it succeeded and the trace held a usable iteration."""
+    outcome, with ``curve`` (a dict) when it succeeded and the trace held a usable iteration. ``stop_check()``:
+    a reason to stop the run ("cancelled"), or None. The device worker's ``profile_job`` and the tools
+    (tools.jobpath) profile through here. Never raises for the job's failures (``status`` and ``reason``)."""
     import shutil
 
     from .agent import JobRun
@@ -113,7 +117,7 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
         dirs, proc_spec = catalog_script_spec(rt, spec, profile_fields)
         run = JobRun(spec.job, proc_spec, profiling=True, tenant_id=int(spec.tenant or 0),
                      budget_bytes=spec.job_budget_bytes, wall_limit=spec.wall_limit,
-                     stop_check=lambda: "cancelled" if rt.link.cancel_requested(spec.job) else None)
+                     stop_check=stop_check)
         result = rt.agent.run(run)
         if result["status"] == "succeeded":
             result["curve"] = profiled_curve(dirs, spec.job, profile_fields["warmup"], rt.torch_device,

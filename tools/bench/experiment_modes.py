@@ -1,7 +1,8 @@
 """One group of real job processes run in one of the experiment's four modes, with its measured figures.
 
-Every job is its own process (``python -m workers.jobproc``) under a :class:`workers.agent.DeviceAgent`, its
-memory from the agent pool (memfd chunks on CPU). The modes differ only in the limit and in who decides when
+Every job is its own process, profiled and run as a device worker does it (tools.jobpath: the catalog project
+under the job process entry, in its sandbox where the host has one) under a :class:`workers.agent.DeviceAgent`,
+its memory from the agent pool (memfd chunks on CPU). The modes differ only in the limit and in who decides when
 an iteration may start:
 
 * ``sequential`` (a): each job alone, one after the other, under a hard limit equal to the budget.
@@ -26,6 +27,7 @@ last iteration's end; for ``sequential`` it is the sum of the jobs' own such spa
 """
 from __future__ import annotations
 
+import shutil
 import statistics
 import tempfile
 import threading
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
-from workers.agent import DeviceAgent, JobRun
+from workers.agent import DeviceAgent
 
 MODES = ("sequential", "uncoordinated", "slicing", "zico")
 OOM_WORDS = ("OutOfMemoryError", "out of memory", "agent refused")
@@ -148,27 +150,24 @@ def is_oom(reason: str) -> bool:
     return any(w in (reason or "") for w in OOM_WORDS)
 
 
-def _spec(job: Job, iterations: int, device: str, work: Path) -> dict[str, Any]:
-    return {"workload": job.key, "params": {**job.params, "iterations": iterations}, "device": device,
-            "checkpoint_dir": str(work / "checkpoints"), "data_dir": None, "checkpoint_every_s": None}
-
-
 def profile(job: Job, device: str, capacity: int, warmup: int = 1, steady: int = 3, job_id: int = 1,
             settings=None) -> dict[str, Any]:
-    """Profile ``job`` alone in a job process through the agent pool: ``{"curve": dict, "reserved_peak_bytes"}``,
-    the latter the most chunks the pool granted it (what a limit on the pool must hold). Raises RuntimeError
-    with the job's reason when the profile run fails."""
+    """Profile ``job`` alone as a device worker profiles it (tools.jobpath), in a pool of ``capacity`` bytes:
+    ``{"curve": dict, "reserved_peak_bytes"}``, the latter the most chunks the pool granted it (what a limit on
+    the pool must hold). Raises RuntimeError with the job's reason when the profile run fails."""
+    from tools import jobpath
+
     agent = DeviceAgent(device, capacity if device == "cpu" else None, capacity, None, settings)
     work = Path(tempfile.mkdtemp(prefix="zico-experiment-"))
     try:
-        spec = {**_spec(job, warmup + steady, device, work), "profile": {"warmup": warmup, "steady": steady}}
-        out = agent.run(JobRun(job_id, spec, profiling=True))
+        curve, _ = jobpath.profile(jobpath.runtime(agent, work), job_id, job.key, job.params, warmup, steady)
         peak = int(agent.pool.stats()["peak_reserved"])
+    except jobpath.JobPathError as exc:
+        raise RuntimeError(f"profiling {job.label} failed: {exc.reason}") from None
     finally:
         agent.close()
-    if out["status"] != "succeeded" or "curve" not in out:
-        raise RuntimeError(f"profiling {job.label} failed: {out.get('reason')}")
-    return {"curve": out["curve"], "reserved_peak_bytes": max(peak, int(out["curve"]["peak_bytes"]))}
+        shutil.rmtree(work, ignore_errors=True)
+    return {"curve": curve.to_dict(), "reserved_peak_bytes": max(peak, int(curve.peak_bytes))}
 
 
 def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", iterations: int = 8,
@@ -191,6 +190,7 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     if mode == "zico" and (curves is None or len(curves) != len(jobs)):
         raise ValueError("mode zico needs one memory curve per job")
     from placement.coordinator import Coordinator
+    from tools import jobpath
 
     hard = mode in ("sequential", "uncoordinated")
     cap = budget if hard or capacity is None else max(budget, capacity)
@@ -200,6 +200,7 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     if hard and agent.pool.native is not None:
         agent.pool.native.set_wait(0)  # Note: no waiting for room, past the budget is refused at once
     work = Path(tempfile.mkdtemp(prefix="zico-experiment-"))
+    rt = jobpath.runtime(agent, work)
     lines = [Timeline() for _ in jobs]
     outs: list[dict[str, Any] | None] = [None] * len(jobs)
     spans: list[float | None] = [None] * len(jobs)
@@ -207,9 +208,8 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
     def one(n: int) -> None:
         job_id = n + 1
         try:
-            run = JobRun(job_id, _spec(jobs[n], iterations, device, work),
-                         curve=None if curves is None else curves[n], on_message=lines[n].on_message)
-            outs[n] = agent.run(run)
+            outs[n] = jobpath.run(rt, job_id, jobs[n].key, {**jobs[n].params, "iterations": iterations},
+                                  None if curves is None else curves[n], on_message=lines[n].on_message)
         except Exception as exc:  # not launched: reported, never hidden
             outs[n] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "metrics": {}}
         finally:
@@ -236,6 +236,7 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
         peak = int(agent.pool.stats()["peak_reserved"])
     finally:
         agent.close()
+        shutil.rmtree(work, ignore_errors=True)
     results = []
     for n, (job, out, line) in enumerate(zip(jobs, outs, lines)):
         ok = out["status"] == "succeeded"
