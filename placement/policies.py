@@ -448,8 +448,8 @@ class _Pending:
 
     def continued_by(self, state: ClusterState) -> bool:
         """Whether ``state`` is this decision's state with its placements made: the same devices (budgets,
-        group shares, profiling tenants), each running what it ran plus the jobs placed on it, the same queued jobs less those
-        placed, the same tenants (their usage aside: Note [Planning budget]). Jobs are compared by id,
+        group shares, profiling tenants), each running what it ran plus the jobs placed on it, the same queued
+        jobs less those placed, the same tenants (their usage aside: Note [Planning budget]). Jobs are compared by id,
         tenant, curve key, compute share, priority, submission time and iterations."""
         placed = {p.job_id: p.device_id for p in self.out}
         before = {d.id: d for d in self.state.devices}
