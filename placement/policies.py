@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Hashable, Iterator, Protocol, Sequence
 
 from . import reasons
-from .gating import BUDGET_RTOL, minimal_feasible_budget
+from .gating import BUDGET_RTOL, held_floor, minimal_feasible_budget
 from .groups import contention_factor, equal_periods, plan_group
 from .reasons import WaitReason
 from .state import ClusterState, Device, Job, JobId, Placement, SharingPlan
@@ -117,7 +117,13 @@ class FirstFitFifo:
                 if explain:
                     waiting[job.id] = why
                 continue
-            dev = next((d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)), None)
+            big = [d for d in free if job.peak_bytes <= d.budget_bytes * (1 + BUDGET_RTOL)]
+            # Note [Profile runs are tenants on their device] in placement.tenancy
+            dev = next((d for d in big if may_share(job, [], state.tenants, d.profiling_tenants)), None)
+            if dev is None and big:  # the free devices big enough are profiling a job of a tenant it may not meet
+                if explain:
+                    waiting[job.id] = reasons.tenants_do_not_share(job, big[0], [], state.tenants)
+                continue
             if dev is None:  # every device big enough runs a job: name the first
                 if explain:  # the same for every job of this curve and tenant until a job is placed
                     key = (job.curve_key, job.tenant, len(out))
@@ -219,16 +225,18 @@ class MemoryAware:
         budgets = {d.id: d.budget_bytes for d in state.devices}
         shares = {d.id: self.group_share if d.group_share is None else d.group_share for d in state.devices}
         rank = {d.id: k for k, d in enumerate(state.devices)}  # ties between equal empty devices: state order
-        # devices with equal budget, share and group are interchangeable: evaluate one of each
+        profiling = {d.id: d.profiling_tenants for d in state.devices}
+        # devices with equal budget, share, group and profiling tenants are interchangeable: evaluate one of each
         buckets: dict[tuple, list[Hashable]] = {}
         for d in state.devices:
-            buckets.setdefault(self._signature(d.budget_bytes, shares[d.id], groups[d.id]), []).append(d.id)
+            buckets.setdefault(self._signature(d.budget_bytes, shares[d.id], groups[d.id], profiling[d.id]),
+                               []).append(d.id)
         # what _choose looks at, kept as placements change it: the buckets with room (in the order of
         # ``buckets``), each device's group as the keys PlanCache and _bound go by, the empty devices' count
         rnd = _Round(groups, budgets, shares, rank,
                      {sig: ids for sig, ids in buckets.items() if len(sig[2]) < self.max_group},
                      {d: self._group_key(g) for d, g in groups.items()},
-                     sum(len(ids) for sig, ids in buckets.items() if not sig[2]))
+                     sum(len(ids) for sig, ids in buckets.items() if not sig[2]), profiling)
         return _Pending(state, explain, rnd, buckets, Quotas(state), fair_order(state), len(state.queued))
 
     def _run(self, p: "_Pending") -> Decision:
@@ -266,7 +274,7 @@ class MemoryAware:
                     waiting[job.id] = explained[key]
                 continue
             dev_id, plan = choice
-            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
+            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id], rnd.profiling[dev_id])
             buckets[sig].remove(dev_id)
             if not buckets[sig]:
                 del buckets[sig]
@@ -275,7 +283,7 @@ class MemoryAware:
                 rnd.empty -= 1
             groups[dev_id].append(job)
             rnd.keys[dev_id] = self._group_key(groups[dev_id])
-            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id])
+            sig = self._signature(budgets[dev_id], shares[dev_id], groups[dev_id], rnd.profiling[dev_id])
             if sig not in buckets:
                 buckets[sig] = []
                 if len(groups[dev_id]) < self.max_group:
@@ -286,8 +294,9 @@ class MemoryAware:
         return Decision(out[first:], waiting)
 
     @staticmethod
-    def _signature(budget: float, share: float, group: Sequence[Job]) -> tuple:
-        return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)))
+    def _signature(budget: float, share: float, group: Sequence[Job], profiling: frozenset = frozenset()) -> tuple:
+        return (budget, share, tuple(sorted((str(j.curve_key), j.compute_share, str(j.tenant)) for j in group)),
+                tuple(sorted(map(str, profiling))))
 
     @staticmethod
     def _group_key(group: Sequence[Job]) -> tuple:
@@ -300,17 +309,18 @@ class MemoryAware:
         mine, peak = (job.curve_key, job.compute_share, job.tenant), job.peak_bytes
         for ids in rnd.open.values():
             dev_id = ids[0]
-            group, budget = groups[dev_id], budgets[dev_id]
+            group, budget, profiling = groups[dev_id], budgets[dev_id], rnd.profiling[dev_id]
             if not group:  # the smallest empty device that fits; equal ones by their order in the state
                 if peak <= budget * (1 + BUDGET_RTOL) and (
-                        best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])):
+                        best_empty is None or (budget, rank[dev_id]) < (budgets[best_empty], rank[best_empty])) \
+                        and (not profiling or may_share(job, group, state.tenants, profiling)):
                     best_empty = dev_id
                 continue
             budget *= rnd.shares[dev_id]
-            key = (budget, rnd.keys[dev_id], mine)
+            key = (budget, rnd.keys[dev_id], profiling, mine)
             bound = rnd.bounds.get(key, _UNSEEN)
             if bound is _UNSEEN:
-                bound = rnd.bounds[key] = self._bound(job, group, budget, state.tenants)
+                bound = rnd.bounds[key] = self._bound(job, group, budget, state.tenants, profiling)
             if bound is not None:
                 candidates.append((bound, dev_id, group + [job], budget))
         empty_count = rnd.empty
@@ -336,12 +346,13 @@ class MemoryAware:
         return None
 
 
-    def _bound(self, job, group, budget, tenants) -> float | None:
+    def _bound(self, job, group, budget, tenants, profiling=frozenset()) -> float | None:
         """:func:`saving_bound` of ``group`` plus ``job`` under the group ``budget``, or None when :meth:`_choose`
-        rules the pair out before planning: tenants that do not share, a contention factor over the slowdown
-        limit, or a budget below the group's minimal feasible budget. Depends on the jobs only through their
-        curve keys, compute shares and tenants (as :class:`PlanCache` does)."""
-        if not may_share(job, group, tenants):
+        rules the pair out before planning: tenants that do not share (those ``profiling`` a job on the device
+        too), a contention factor over the slowdown limit, or a budget below the group's minimal feasible
+        budget. Depends on the jobs only through their curve keys, compute shares and tenants (as
+        :class:`PlanCache` does)."""
+        if not may_share(job, group, tenants, profiling):
             return None
         members = group + [job]
         if contention_factor([j.compute_share for j in members]) > self.max_slowdown:
@@ -365,12 +376,12 @@ class MemoryAware:
             if peak > dev.budget_bytes * (1 + BUDGET_RTOL):
                 refusals.append((reasons.closeness(reasons.NO_DEVICE_FITS), n,
                                  lambda: reasons.no_device_fits(job, state.devices)))
-            elif not group:  # an empty device that fits: _choose would have taken it
-                continue
+            elif not group and may_share(job, group, state.tenants, dev.profiling_tenants):
+                continue  # an empty device that fits: _choose would have taken it
             elif len(group) >= self.max_group:
                 refusals.append((reasons.closeness(reasons.DEVICE_BUSY), n,
                                  lambda dev=dev, group=group: reasons.busy(job, dev, group, self.max_group)))
-            elif not may_share(job, group, state.tenants):
+            elif not may_share(job, group, state.tenants, dev.profiling_tenants):
                 refusals.append((reasons.closeness(reasons.TENANTS_DO_NOT_SHARE), n, lambda dev=dev, group=group:
                                  reasons.tenants_do_not_share(job, dev, group, state.tenants)))
             else:
@@ -381,8 +392,11 @@ class MemoryAware:
                     refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, factor), n, lambda dev=dev, group=group,
                                      factor=factor: reasons.slowdown(job, dev, group, None, factor, self.max_slowdown)))
                 elif need > budget * (1 + BUDGET_RTOL) or (plan := self.cache.shared(members, budget)) is None:
+                    # Note [A budget reason names a device budget] in placement.reasons
                     refusals.append((reasons.closeness(reasons.NO_ROOM, need - budget), n, lambda dev=dev, group=group,
-                                     need=need, budget=budget: reasons.no_room(job, dev, group, need, budget)))
+                                     need=need, budget=budget, members=members: reasons.no_room(
+                                         job, dev, group, need, budget,
+                                         held_floor([j.curve for j in members], 1 - shares[dev.id]))))
                 else:
                     worst = max(range(len(members)), key=lambda k: plan.predicted_slowdown[k])
                     refusals.append((reasons.closeness(reasons.SLOWDOWN_LIMIT, plan.predicted_slowdown[worst]), n,
@@ -400,8 +414,9 @@ class _Round:
     """MemoryAware.decide's working state for _choose: each device's group (this round's placements
     included), budget, group share and rank in the state; the buckets of interchangeable devices with room
     (``open``, signature -> device ids, in the order of decide's ``buckets``); each device's group as
-    ``(curve key, compute share, tenant)`` per job (``keys``); ``_bound`` per group key, group budget and
-    job key (``bounds``); how many devices are empty (``empty``)."""
+    ``(curve key, compute share, tenant)`` per job (``keys``); ``_bound`` per group budget, group key,
+    profiling tenants and job key (``bounds``); how many devices are empty (``empty``); each device's
+    ``profiling_tenants`` (``profiling``)."""
 
     groups: dict
     budgets: dict
@@ -410,6 +425,7 @@ class _Round:
     open: dict
     keys: dict
     empty: int
+    profiling: dict  # device id -> its profiling tenants (Note [Profile runs are tenants on their device])
     bounds: dict = dataclasses.field(default_factory=dict)
 
 
@@ -432,8 +448,8 @@ class _Pending:
 
     def continued_by(self, state: ClusterState) -> bool:
         """Whether ``state`` is this decision's state with its placements made: the same devices (budgets,
-        group shares), each running what it ran plus the jobs placed on it, the same queued jobs less those
-        placed, the same tenants (their usage aside: Note [Planning budget]). Jobs are compared by id,
+        group shares, profiling tenants), each running what it ran plus the jobs placed on it, the same queued
+        jobs less those placed, the same tenants (their usage aside: Note [Planning budget]). Jobs are compared by id,
         tenant, curve key, compute share, priority, submission time and iterations."""
         placed = {p.job_id: p.device_id for p in self.out}
         before = {d.id: d for d in self.state.devices}
@@ -448,7 +464,8 @@ class _Pending:
                 queued.append(job)
         for d in state.devices:
             old = before[d.id]
-            if (d.budget_bytes, d.group_share) != (old.budget_bytes, old.group_share) or \
+            if (d.budget_bytes, d.group_share, d.profiling_tenants) != \
+                    (old.budget_bytes, old.group_share, old.profiling_tenants) or \
                     sorted(map(_job_print, d.running)) != sorted(map(_job_print, on[d.id])):
                 return False
         if sorted(map(_job_print, state.queued)) != sorted(map(_job_print, queued)):

@@ -159,20 +159,40 @@ def busy(job: Job, dev: Device, group: Sequence[Job], max_group: int) -> WaitRea
 
 
 def tenants_do_not_share(job: Job, dev: Device, group: Sequence[Job], tenants: Mapping[Hashable, Any]) -> WaitReason:
+    """``job`` may not join ``group`` on ``dev``: a job of another tenant runs there, or is being profiled there
+    (``dev.profiling_tenants``, Note [Profile runs are tenants on their device] in placement.tenancy), and one
+    of the tenants refuses to share a device."""
     others = [o for o in group if o.tenant != job.tenant]
     who = ("this job's tenant does not" if not tenants[job.tenant].allow_cross_tenant
            else "the other tenant does not")
+    what = "runs" if others else "is profiling"
     return WaitReason(TENANTS_DO_NOT_SHARE,
-                      f"waiting for device {dev.label}: it runs a job of another tenant and {who} allow sharing "
+                      f"waiting for device {dev.label}: it {what} a job of another tenant and {who} allow sharing "
                       f"a device with other tenants", device=dev.label,
                       figures={"job_ids": [o.id for o in others],
                                "own_tenant_allows": bool(tenants[job.tenant].allow_cross_tenant)})
 
 
-def no_room(job: Job, dev: Device, group: Sequence[Job], need_bytes: float, budget_bytes: float) -> WaitReason:
-    return WaitReason(NO_ROOM, f"waiting for device {dev.label}: beside {_jobs_phrase(job, group)} it needs "
-                               f"{format_bytes(need_bytes)}, the group budget is {format_bytes(budget_bytes)}",
+def no_room(job: Job, dev: Device, group: Sequence[Job], need_bytes: float, budget_bytes: float,
+            device_need_bytes: float) -> WaitReason:
+    """No sharing plan puts ``job`` beside ``group`` on ``dev``. ``need_bytes``: the group's least plannable budget
+    and ``budget_bytes`` the share of ``dev``'s budget a group is planned against (both in the figures);
+    ``device_need_bytes``: the least *device* budget that would admit the group (placement.gating.held_floor),
+    the figure the sentence gives.
+
+    Note [A budget reason names a device budget]: a group is planned against ``budget × (1 − gate headroom)``
+    (Note [One planning rule] in placement.gating), an internal figure; a sentence naming it would leave the
+    user to divide by the headroom to learn which device could take the group. The sentence names the device
+    budget that would admit the group and the device's own, both in the units of ``Device.budget_bytes``."""
+    if device_need_bytes > dev.budget_bytes * (1 + 1e-9):
+        what = (f"it needs a device budget of at least {format_bytes(device_need_bytes)}; this device's is "
+                f"{format_bytes(dev.budget_bytes)}, so it waits until the jobs there end")
+    else:  # the budget would do, the plan search found no sharing plan all the same
+        what = f"no sharing plan fits this device's budget of {format_bytes(dev.budget_bytes)}"
+    return WaitReason(NO_ROOM, f"waiting for device {dev.label}: beside {_jobs_phrase(job, group)} {what}",
                       device=dev.label, figures={"need_bytes": float(need_bytes), "budget_bytes": float(budget_bytes),
+                                                 "device_budget_bytes": float(dev.budget_bytes),
+                                                 "device_need_bytes": float(device_need_bytes),
                                                  "job_ids": [o.id for o in group]})
 
 

@@ -111,6 +111,9 @@ class Device:
         group_share: share of the budget its worker's coordinator gates a group with
             (``1 - gate_headroom``, from the worker's registration), in (0, 1]; None: the policy's
             default.
+        profiling_tenants: tenants with a job being profiled on it outside ``running`` (a catalog
+            job's profile run: no curve yet, so nothing to plan with). They count for the co-location
+            rule, not for memory (Note [Profile runs are tenants on their device] in placement.tenancy).
     """
 
     id: DeviceId
@@ -120,6 +123,7 @@ class Device:
     host: str = "localhost"
     index: int = 0
     group_share: float | None = None
+    profiling_tenants: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if not (self.budget_bytes > 0 and math.isfinite(self.budget_bytes)):
@@ -127,6 +131,7 @@ class Device:
         if self.group_share is not None and not 0 < self.group_share <= 1:
             raise StateError(f"device {self.id!r} group_share: must lie in (0, 1], got {self.group_share}")
         object.__setattr__(self, "running", tuple(self.running))
+        object.__setattr__(self, "profiling_tenants", frozenset(self.profiling_tenants))
 
     @property
     def label(self) -> str:
@@ -157,6 +162,10 @@ class ClusterState:
         for job in self.queued + tuple(j for d in self.devices for j in d.running):
             if job.tenant not in self.tenants:
                 raise StateError(f"job {job.id!r} tenant: {job.tenant!r} is not in tenants")
+        for d in self.devices:
+            for t in d.profiling_tenants:
+                if t not in self.tenants:
+                    raise StateError(f"device {d.id!r} profiling_tenants: {t!r} is not in tenants")
 
 
 @dataclass(frozen=True)

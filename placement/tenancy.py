@@ -97,7 +97,23 @@ def refusing_tenants(allows: Mapping[Hashable, bool]) -> list[Hashable]:
     return [t for t, allowed in allows.items() if not allowed]
 
 
-def may_share(job: Job, group: Sequence[Job], tenants: Mapping[Hashable, Tenant]) -> bool:
-    """May ``job`` join ``group`` on one device (:func:`refusing_tenants` over their tenants)?"""
-    involved = {job.tenant, *(o.tenant for o in group)}
+def may_share(job: Job, group: Sequence[Job], tenants: Mapping[Hashable, Tenant],
+              profiling: Iterable[Hashable] = ()) -> bool:
+    """May ``job`` join ``group`` on one device (:func:`refusing_tenants` over their tenants and the tenants
+    ``profiling`` a job there, ``Device.profiling_tenants``: Note [Profile runs are tenants on their device])?"""
+    involved = {job.tenant, *(o.tenant for o in group), *profiling}
     return not refusing_tenants({t: tenants[t].allow_cross_tenant for t in involved})
+
+
+# Note [Profile runs are tenants on their device]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A catalog job without a curve is profiled by a ``profile_job`` task on a device, with no placement: it is
+# not among the device's ``running`` jobs, since there is no curve to plan it with. Its process draws on the
+# device's one pool all the same, beside whatever is placed there, so its tenant is on the device: the
+# co-location rule (:func:`refusing_tenants`) counts it as it counts a placed job's, both ways (a refusing
+# tenant's profile run keeps other tenants' jobs off the device, and a refusing tenant's job stays off a
+# device where another tenant's job is being profiled). The service lists those tenants in
+# ``Device.profiling_tenants`` (zico.scheduling.snapshot), the policies judge them with :func:`may_share`,
+# and ``zico.jobs.lifecycle.place_many`` re-checks them under its locks. Memory is judged as it was before
+# tenants counted: a policy does not plan with a profile run (it has no curve), whose process draws on the
+# device's pool under the device budget like every job's (workers/profiling.py); only its tenant is added.

@@ -83,6 +83,32 @@ def test_tenants_that_do_not_share_say_which_one_refuses_and_never_name_the_othe
     assert "71" not in why.text and why.figures["job_ids"] == [71]
 
 
+@pytest.mark.parametrize("policy", [MemoryAware(), FirstFitFifo()], ids=["memory-aware", "fifo"])
+@pytest.mark.parametrize("mine, theirs, who", [(False, True, "this job's tenant does not"),
+                                               (True, False, "the other tenant does not")])
+def test_a_device_profiling_a_job_of_a_tenant_that_does_not_share_is_refused_with_what_it_is_doing(
+        policy, mine, theirs, who):
+    """Note [Profile runs are tenants on their device]: the device's group is empty, its profiling tenant counts."""
+    tenants = {"t": Tenant("t", allow_cross_tenant=mine), "u": Tenant("u", allow_cross_tenant=theirs)}
+    dev = Device("d0", 16 * GiB, profiling_tenants={"u"})
+    d = policy.decide(_state([dev, Device("d1", 16 * GiB, profiling_tenants={"t"})], [_job(2, at=1)], tenants))
+    assert [(p.job_id, p.device_id) for p in d.placements] == [(2, "d1")]  # beside its own tenant's profile run
+    d = policy.decide(_state([dev], [_job(2, at=1)], tenants))
+    assert d.placements == [] and d.waiting[2].kind == reasons.TENANTS_DO_NOT_SHARE
+    assert d.waiting[2].text == (f"waiting for device gpu.localhost.0: it is profiling a job of another tenant and "
+                                 f"{who} allow sharing a device with other tenants")
+
+
+def test_a_profiling_tenant_counts_beside_a_group_too():
+    tenants = {"t": Tenant("t", allow_cross_tenant=True), "u": Tenant("u")}
+    dev = Device("d0", 16 * GiB, running=(_job(1, B, compute_share=0.3),), profiling_tenants={"u"})
+    d = MemoryAware().decide(_state([dev], [_job(2, compute_share=0.3, at=1)], tenants))
+    assert d.placements == [] and d.waiting[2].kind == reasons.TENANTS_DO_NOT_SHARE
+    assert [p.job_id for p in MemoryAware().decide(_state([Device("d0", 16 * GiB, running=dev.running)],
+                                                          [_job(2, compute_share=0.3, at=1)], tenants)).placements] \
+        == [2]
+
+
 def test_no_device_at_all():
     for policy in (MemoryAware(), FirstFitFifo()):
         assert policy.decide(_state([], [_job(1)])).waiting[1].kind == reasons.NO_DEVICE
@@ -102,11 +128,17 @@ def test_no_room_beside_the_running_jobs_gives_what_the_group_needs_and_the_budg
     dev = Device("d0", 6.5 * GiB, running=(_job(1, compute_share=0.3),))
     why = MemoryAware().decide(_state([dev], [_job(2, compute_share=0.3, at=1)])).waiting[2]
     assert why.kind == reasons.NO_ROOM
-    assert why.text == "waiting for device gpu.localhost.0: beside job 1 it needs 7 GiB, the group budget is 6.5 GiB"
-    # the group budget is the device's share for groups
+    assert why.text == ("waiting for device gpu.localhost.0: beside job 1 it needs a device budget of at least 7 GiB; "
+                        "this device's is 6.5 GiB, so it waits until the jobs there end")
+    # Note [A budget reason names a device budget]: a group is planned against the device's share for groups
+    # (here 0.8 × 7.5 = 6 GiB); the sentence names the device budget that admits it, 7 GiB / 0.8
     dev = Device("d0", 7.5 * GiB, running=(_job(1, compute_share=0.3),), group_share=0.8)
     why = MemoryAware().decide(_state([dev], [_job(2, compute_share=0.3, at=1)])).waiting[2]
-    assert why.text.endswith("it needs 7 GiB, the group budget is 6 GiB")
+    assert why.text.endswith("it needs a device budget of at least 8.75 GiB; this device's is 7.5 GiB, so it waits "
+                             "until the jobs there end")
+    assert "group budget" not in why.text
+    assert why.figures["need_bytes"] == 7 * GiB and why.figures["budget_bytes"] == 6 * GiB
+    assert why.figures["device_need_bytes"] == pytest.approx(8.75 * GiB)
 
 
 def test_the_closest_device_is_named_a_slowdown_before_a_device_too_small():

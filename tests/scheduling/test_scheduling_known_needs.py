@@ -98,16 +98,17 @@ def test_a_remembered_out_of_memory_refuses_the_next_identical_job_at_submit_and
     first = fail_profile(_job(tenant, params=params), "OutOfMemoryError: Zico CPU pool: out of memory")
     failure = first.metrics["profile_failure"]
     assert failure == {"kind": "out_of_memory", "reason": "OutOfMemoryError: Zico CPU pool: out of memory",
-                       "device": str(cluster[0]), "budget_bytes": 16 * GiB}
+                       "device": str(cluster[0]), "budget_bytes": 16 * GiB, "own_budget": False}
     r = submit()
     assert r.status_code == 400, r.content
-    message = r.data["params"][0]
-    assert f"profiling identical job {first.pk} failed on {cluster[0]} (budget {16 * GiB} bytes" in message
-    assert "out of memory" in message and "change the params" in message
+    # only what the run had (Note [An out-of-memory says what the run had]) and what an identical job needs
+    assert r.data["params"][0] == (f"profiling identical job {first.pk} ran out of memory under the device budget of "
+                                   f"{16 * GiB} bytes, alone on {cluster[0]}: it needs a device with a budget above "
+                                   f"{16 * GiB} bytes; an identical job would fail the same way (change the params)")
     res = Scheduler().run_round()
     assert res.failed == [queued_before.pk] and not res.profiling
     queued_before.refresh_from_db()
-    assert queued_before.failure_reason.startswith(f"profiling identical job {first.pk} failed")
+    assert queued_before.failure_reason.startswith(f"profiling identical job {first.pk} ran out of memory")
     assert queued_before.failure_reason.endswith("not profiled again")
     assert _profile_tasks(queued_messages, cluster) == []
     assert submit(params={**PARAMS, "batch_size": 8}).status_code == 201  # other params: not identical
@@ -287,6 +288,54 @@ def test_a_failure_one_tenant_caused_never_refuses_another_tenants_identical_job
     assert r.status_code == 201, r.content
     res = Scheduler().run_round()
     assert queued.pk not in res.failed and queued.pk in res.profiling
+
+
+def test_a_failure_beside_a_neighbour_refuses_no_one_and_another_tenants_identical_job_is_accepted(
+        cluster, tenant, fail_profile, submit):
+    """Tenant A's catalog job runs out of memory while tenant B's job runs on the device: not remembered, so
+    neither tenant's identical submission is refused, and B's is profiled."""
+    from zico.tenants.models import Tenant
+
+    other = Tenant.objects.create(name="Other", slug="other-neighbour", max_running_jobs=100,
+                                  allow_cross_tenant_colocation=True)
+    Tenant.objects.filter(pk=tenant.pk).update(allow_cross_tenant_colocation=True)
+    neighbour = _job(other, params={"iterations": 9})
+    MemoryProfile.record(neighbour, triangular_curve(GiB, 2 * GiB, 0.2))
+    transition(neighbour, "ready")
+    lifecycle.place(cluster[0], [neighbour])
+    failed = fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
+    assert "profile_failure" not in failed.metrics
+    assert submit().status_code == 201
+    r = _member_client(other, "other-neighbour-member").post(
+        "/api/jobs/", {"tenant": other.slug, "workload": "digits-cnn", "params": PARAMS}, format="json")
+    assert r.status_code == 201, r.content
+
+
+def test_an_out_of_memory_beside_another_catalog_profile_run_is_not_remembered(cluster, tenant, fail_profile, submit):
+    """A catalog job's profile run has no placement; it held memory on the device all the same (Note [Profile runs
+    are tenants on their device] in placement.tenancy), so the failure beside it says nothing about the job."""
+    from zico.tenants.models import Tenant
+
+    other = Tenant.objects.create(name="Other", slug="other-profiling", max_running_jobs=100)
+    beside = _job(other, params={**PARAMS, "batch_size": 16})
+    lifecycle.profile([beside], cluster[0])
+    failed = fail_profile(_job(tenant, params=_full(PARAMS)), "OutOfMemoryError: CUDA out of memory")
+    assert "profile_failure" not in failed.metrics and "out of memory" in failed.failure_reason
+    assert submit().status_code == 201
+
+
+def test_an_out_of_memory_under_its_own_budget_counts_only_against_that_budget(cluster, tenant, fail_profile,
+                                                                               submit):
+    """Alone on a 16 GiB device, a job held to its own 2 GiB ran out of memory: it needs more than 2 GiB, which
+    every device here has, so an identical job is accepted and profiled (Note [An out-of-memory says what the run
+    had])."""
+    job = _job(tenant, params=_full(PARAMS))
+    Job.objects.filter(pk=job.pk).update(budget_bytes=2 * GiB)
+    job.refresh_from_db()
+    failed = fail_profile(job, "OutOfMemoryError: CUDA out of memory")
+    assert failed.metrics["profile_failure"]["budget_bytes"] == 2 * GiB
+    assert failed.metrics["profile_failure"]["own_budget"] is True
+    assert submit().status_code == 201
 
 
 def test_an_out_of_memory_beside_a_neighbour_that_ended_before_the_report_is_not_remembered(cluster, tenant,

@@ -76,3 +76,76 @@ def test_a_catalog_profile_run_of_a_refusing_tenant_keeps_another_tenants_profil
     Scheduler().run_round()
     second.refresh_from_db()
     assert second.status == "profiling" and second.profiling_device_id != first.profiling_device_id
+
+
+# -- the reverse: placements see the catalog profile runs (Note [Profile runs are tenants on their device]) --------
+def _profiling_on(device, tenant, make_job):
+    """A catalog job of ``tenant`` being profiled on ``device`` (a profile_job run: no placement)."""
+    job = make_job(tenant, curve=False, status="queued")
+    lifecycle.profile([job], device)
+    return job
+
+
+def _offline(device):
+    from zico.cluster.models import Device
+
+    Device.objects.filter(pk=device.pk).update(status="offline")
+
+
+def test_a_refusing_tenants_profile_run_keeps_another_tenants_ready_job_off_its_device(cluster, make_job):
+    loner = _tenant("loner")
+    mine = _tenant("mine", allow_cross_tenant_colocation=True)
+    _profiling_on(cluster[0], loner, make_job)
+    _offline(cluster[1])
+    job = make_job(mine)
+    res = Scheduler().run_round()
+    job.refresh_from_db()
+    assert res.placed == {} and job.status == "ready"
+    assert job.waiting_kind == "tenants_do_not_share"
+    assert job.waiting_reason == (f"waiting for device {cluster[0]}: it is profiling a job of another tenant and "
+                                  "the other tenant does not allow sharing a device with other tenants")
+
+
+def test_another_tenants_ready_job_goes_to_a_device_without_the_refusing_tenants_profile_run(cluster, make_job):
+    loner = _tenant("loner")
+    mine = _tenant("mine", allow_cross_tenant_colocation=True)
+    _profiling_on(cluster[0], loner, make_job)  # the first device in the policy's order of equal empty ones
+    job = make_job(mine)
+    res = Scheduler().run_round()
+    assert list(res.placed) == [job.pk]
+    assert Job.objects.get(pk=job.pk).active_placement().device_id == cluster[1].pk
+
+
+def test_a_refusing_tenants_ready_job_is_not_placed_beside_another_tenants_profile_run(cluster, make_job):
+    sharing = _tenant("sharing", allow_cross_tenant_colocation=True)
+    loner = _tenant("loner")
+    _profiling_on(cluster[0], sharing, make_job)
+    _offline(cluster[1])
+    job = make_job(loner)
+    res = Scheduler().run_round()
+    job.refresh_from_db()
+    assert res.placed == {} and job.status == "ready"
+    assert job.waiting_reason == (f"waiting for device {cluster[0]}: it is profiling a job of another tenant and "
+                                  "this job's tenant does not allow sharing a device with other tenants")
+
+
+def test_a_tenants_own_profile_run_does_not_keep_its_ready_job_away(cluster, make_job):
+    loner = _tenant("loner")
+    _profiling_on(cluster[0], loner, make_job)
+    _offline(cluster[1])
+    job = make_job(loner)
+    assert list(Scheduler().run_round().placed) == [job.pk]
+
+
+def test_the_locked_recheck_counts_a_profile_run_too(cluster, make_job):
+    """lifecycle.place_many re-checks under its locks what the policy decided on a snapshot."""
+    import pytest
+
+    from zico.cluster.models import PlacementError
+
+    loner = _tenant("loner")
+    mine = _tenant("mine", allow_cross_tenant_colocation=True)
+    _profiling_on(cluster[0], loner, make_job)
+    with pytest.raises(PlacementError, match="do not allow sharing"):
+        lifecycle.place(cluster[0], [make_job(mine)])
+    assert lifecycle.place(cluster[1], [make_job(mine)]).device_id == cluster[1].pk

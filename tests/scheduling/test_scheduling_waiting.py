@@ -118,6 +118,26 @@ def test_no_online_device_big_enough_gives_the_peak_the_largest_budget_and_the_d
                                       f"device {big} can, but is draining")
 
 
+def test_no_room_names_the_device_budget_that_would_take_the_group_not_the_gates_share(cluster, tenant, make_job,
+                                                                                        api):
+    """Note [A budget reason names a device budget]: the pair needs 15 GiB planned against the gate's share of a
+    device budget (16 GiB × (1 − 0.1 headroom) = 14.4 GiB); the user reads the device budget that would take it,
+    15 GiB / 0.9, never the 14.4 GiB "group budget"."""
+    gpu0, gpu1 = cluster
+    _offline(gpu1)
+    curve = dataclasses.replace(triangular_curve(5 * GiB, 10 * GiB, 0.2), meta={"compute_share": 0.3})
+    first = make_job(tenant, curve=curve)
+    assert first.pk in Scheduler().run_round().placed
+    second = make_job(tenant, curve=curve)
+    assert second.pk not in Scheduler().run_round().placed
+    body = api(second)
+    assert body["waiting_kind"] == "no_room"
+    assert body["waiting_reason"] == (f"waiting for device {gpu0}: beside job {first.pk} it needs a device budget of "
+                                      "at least 16.7 GiB; this device's is 16 GiB, so it waits until the jobs there "
+                                      "end")
+    assert [e.details["reason"] for e in _waiting_events(second)] == [body["waiting_reason"]]
+
+
 def test_a_spent_quota_gives_the_count_and_the_limit(cluster, make_job, api):
     tenant = Tenant.objects.create(name="Small", slug=f"small-{uuid.uuid4().hex[:6]}", max_running_jobs=2)
     jobs = [make_job(tenant) for _ in range(3)]

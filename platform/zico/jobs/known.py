@@ -18,8 +18,10 @@ Note [Known memory needs]
        the control consumer with :func:`profile_failure`): an identical run would fail the same way, so
        the job is refused at submission (or failed by the scheduler) with that job's reason instead of
        being profiled again. Remembered, with when it stops applying (:func:`failure_applies`):
-       out of memory while nothing else ran on the device (the job needs more than that device's
-       budget; no longer applies once a device with a larger budget is registered); the profiling time
+       out of memory while no other job held memory on the device (placed, running or profiled there; the
+       job needs more than the budget it ran under, the device's or its own smaller one: Note [An
+       out-of-memory says what the run had]; no longer applies once a device with a larger budget is
+       registered); the profiling time
        limit (no longer applies once ``ZICO_PROFILE_TIME_LIMIT_S`` is raised past the limit it hit); an
        error the workload's own code raised (a non-finite loss, a shape error). Not remembered, so an
        identical job is profiled again: a cancel, an out-of-memory while other jobs shared the device
@@ -140,19 +142,27 @@ def profiles_to_reuse(jobs: list[Job]) -> dict[int, MemoryProfile]:
     return out
 
 
-def profile_failure(error: str, device, others_on_device: bool, limit_s: float | None = None) -> dict | None:
+def profile_failure(error: str, device, others_on_device: bool, limit_s: float | None = None,
+                    own_budget_bytes: int | None = None) -> dict | None:
     """What to remember of a failed profiling run (Note [Known memory needs]), or None when it says nothing
     about an identical run.
 
     Args:
         error: the worker's ``profile_done`` error, ``"<ExceptionName>: <message>"`` or the time-limit text.
         device: the Device it ran on (None: unknown).
-        others_on_device: whether jobs were placed or running on that device at the time.
+        others_on_device: whether another job held memory on that device at the time (placed, running, or a
+            profile run of its own).
         limit_s: the profiling time limit it ran under (read from the error when it names one).
+        own_budget_bytes: the job's own budget (``Job.budget_bytes``, the agent's hard cap on it), or None.
     Returns:
-        ``{"kind": "out_of_memory" | "time_limit" | "error", "reason": error, ...}`` with ``device`` and
-        ``budget_bytes`` (out of memory) or ``limit_s`` (time limit).
-    """
+        ``{"kind": "out_of_memory" | "time_limit" | "error", "reason": error, ...}`` with ``device``,
+        ``budget_bytes`` (the budget it ran out under: the device's, or its own when smaller) and ``own_budget``
+        (out of memory), or ``limit_s`` (time limit).
+
+    Note [An out-of-memory says what the run had]: the run needed more than the budget it ran under, and
+    nothing more. Alone on the device that is the device budget; with its own smaller budget, that one (an
+    identical job is then refused only while no device's budget is larger: :func:`failure_applies`). Beside
+    another job's memory it says nothing (the neighbour held part of the device), so it is not remembered."""
     error = (error or "").strip()
     name = error.partition(":")[0].strip()
     if not error or error.startswith("cancelled"):
@@ -160,7 +170,9 @@ def profile_failure(error: str, device, others_on_device: bool, limit_s: float |
     if "OutOfMemoryError" in name or "out of memory" in error.lower():
         if device is None or others_on_device:
             return None
-        return {"kind": "out_of_memory", "reason": error, "device": str(device), "budget_bytes": int(device.budget_bytes)}
+        own = own_budget_bytes is not None and 0 < own_budget_bytes < device.budget_bytes
+        return {"kind": "out_of_memory", "reason": error, "device": str(device),
+                "budget_bytes": int(own_budget_bytes if own else device.budget_bytes), "own_budget": own}
     if "ZICO_PROFILE_TIME_LIMIT_S" in error:
         m = _LIMIT.search(error)
         limit = float(m.group(1)) if m else limit_s
@@ -211,11 +223,17 @@ def remembered_failures(jobs: list[Job], largest_budget: int | None) -> dict[int
 
 
 def failure_sentence(failed: Job) -> str:
-    """Why an identical job is not profiled again, in words, naming the job that failed."""
+    """Why an identical job is not profiled again, in words, naming the job that failed: for an out-of-memory
+    only what the run had (Note [An out-of-memory says what the run had]: the budget it ran out under, alone on
+    its device) and the device budget an identical job needs; else the run's own reason."""
     failure = failed.metrics["profile_failure"]
-    where = f" on {failure['device']} (budget {failure['budget_bytes']} bytes, nothing else running)" \
-        if failure.get("kind") == "out_of_memory" else ""
-    return f"profiling identical job {failed.pk} failed{where}: {failure.get('reason', '')}"
+    if failure.get("kind") == "out_of_memory":
+        budget = failure["budget_bytes"]
+        under = f"its own budget of {budget} bytes" if failure.get("own_budget") else \
+            f"the device budget of {budget} bytes"
+        return (f"profiling identical job {failed.pk} ran out of memory under {under}, alone on {failure['device']}: "
+                f"it needs a device with a budget above {budget} bytes")
+    return f"profiling identical job {failed.pk} failed: {failure.get('reason', '')}"
 
 
 def stored_estimate(workload: str, params: dict[str, Any]):

@@ -205,7 +205,8 @@ def place(device: Device, jobs, plan: dict | None = None, *, actor=None) -> Plac
     Creates the Placement, moves every job ready → placed (a status_change Event each) and
     records one ``placement`` Event per tenant involved. Jobs on one device share one worker
     process (docs/architecture.md), so jobs of different tenants — counting jobs already placed or running
-    on the device — may meet only when every tenant involved allows cross-tenant co-location.
+    on the device, and catalog jobs being profiled there (Note [Profile runs are tenants on their device] in
+    placement.tenancy) — may meet only when every tenant involved allows cross-tenant co-location.
 
     Raises:
         PlacementError: no jobs, the device is not online, the co-location policy forbids it, or a
@@ -255,6 +256,11 @@ def place_many(groups, *, actor=None, profiling: bool = False) -> list:
         for dev_id, tenant_id in (Job.objects.filter(on_device_q(), placements__device__in=list(devices),
                                                      placements__ended_at__isnull=True)
                                   .values_list("placements__device_id", "tenant_id").order_by().distinct()):
+            on_dev.setdefault(dev_id, set()).add(tenant_id)
+        # and of the catalog jobs being profiled there (Note [Profile runs are tenants on their device] in
+        # placement.tenancy)
+        for dev_id, tenant_id in (Job.objects.filter(status=S.PROFILING, profiling_device__in=list(devices))
+                                  .values_list("profiling_device_id", "tenant_id").order_by().distinct()):
             on_dev.setdefault(dev_id, set()).add(tenant_id)
         tenant_ids = {j.tenant_id for _, jobs, _ in groups for j in jobs} | set().union(*on_dev.values())
         # Locked, so two placements on different devices cannot both slip under a running-jobs quota.

@@ -129,7 +129,9 @@ def take_snapshot(now=None) -> Snapshot:
     """Build the policy's view of the cluster from the database.
 
     Devices: online, budget > 0, with every job placed or running on them, or profiling there as its run
-    starts (a device with such a job lacking a usable curve is left out: its memory use is unknown). Queued: ``ready``
+    starts (a device with such a job lacking a usable curve is left out: its memory use is unknown), and the
+    tenants of the catalog jobs being profiled there (``profiling_tenants``: Note [Profile runs are tenants on
+    their device] in placement.tenancy). Queued: ``ready``
     jobs with a curve; a ready job whose peak exceeds its own ``budget_bytes`` or every registered
     device's budget is listed in ``unplaceable`` instead (the round fails it with that reason).
     """
@@ -143,6 +145,12 @@ def take_snapshot(now=None) -> Snapshot:
     ready = list(Job.objects.filter(status=JobStatus.READY).select_related("tenant"))  # its run spec reads the tenant
     curves = _latest_curves([pk for pk, _ in resident] + [j.pk for j in ready])
     resident_rows = {j.pk: j for j in Job.objects.filter(pk__in=[pk for pk, _ in resident])}
+    # Note [Profile runs are tenants on their device] in placement.tenancy: a catalog job's profile run has no
+    # placement, but its tenant is on the device (a script's profile run is resident already; listed again, no harm)
+    profiling: dict[int, set[int]] = {}
+    for dev_id, tenant_id in (Job.objects.filter(status=JobStatus.PROFILING, profiling_device_id__isnull=False)
+                              .values_list("profiling_device_id", "tenant_id").distinct()):
+        profiling.setdefault(dev_id, set()).add(tenant_id)
     snap = Snapshot(state=ClusterState((), (), tenants))  # filled in below
     on_device: dict[int, list[JobState]] = {}
     blind: set[int] = set()
@@ -162,7 +170,8 @@ def take_snapshot(now=None) -> Snapshot:
             continue
         snap.devices[d.pk] = d
         devices.append(DeviceState(d.pk, float(d.budget_bytes), tuple(on_device.get(d.pk, ())), d.kind, d.node.host,
-                                   d.index, group_share=1 - d.gate_headroom))
+                                   d.index, group_share=1 - d.gate_headroom,
+                                   profiling_tenants=frozenset(profiling.get(d.pk, ()))))
     queued = []
     largest = max(all_budgets, default=0)
     for job in ready:

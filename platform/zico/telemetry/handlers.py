@@ -264,9 +264,11 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
 
 def _profile_failure(error: str, dev: Device | None, job: Job) -> dict | None:
     """What to remember of ``job``'s failed profile (zico.jobs.known.profile_failure), judged with whether another
-    job's placement on the device overlapped the profile run at any time (from the job's start, or the profiling
-    time limit ago, until now): a neighbour that held the device's memory and ended before this message arrived
-    still counts, so a failure it caused is not remembered (Note [A failure refuses only its own tenant])."""
+    job's placement on the device, or another catalog job's profile run there, overlapped the profile run at any
+    time (from the job's start, or the profiling time limit ago, until now): a neighbour that held the device's
+    memory and ended before this message arrived still counts, so a failure it caused is not remembered (Note [A
+    failure refuses only its own tenant]); and with the job's own budget (Note [An out-of-memory says what the
+    run had])."""
     from datetime import timedelta
 
     from django.conf import settings
@@ -278,8 +280,21 @@ def _profile_failure(error: str, dev: Device | None, job: Job) -> dict | None:
     since = job.started_at or now - timedelta(seconds=float(settings.ZICO_PROFILE_TIME_LIMIT_S))
     overlapping = (Q(placements__device=dev) & Q(placements__started_at__lte=now)  # one placement, all three
                    & (Q(placements__ended_at__isnull=True) | Q(placements__ended_at__gte=since)))
-    others = dev is not None and Job.objects.filter(overlapping).exclude(pk=job.pk).exists()
-    return profile_failure(error[:1500], dev, others)
+    others = dev is not None and (Job.objects.filter(overlapping).exclude(pk=job.pk).exists()
+                                  or _profiled_beside(job, dev, since, now))
+    return profile_failure(error[:1500], dev, others, own_budget_bytes=job.budget_bytes)
+
+
+def _profiled_beside(job: Job, dev: Device, since, now) -> bool:
+    """Whether another catalog job's profile run (no placement: Note [Profile runs are tenants on their device] in
+    placement.tenancy) was on ``dev`` at any time between ``since`` and ``now``: sent there before ``now`` (its
+    move to ``profiling`` names the device) and still profiling there, or moved on since ``since``."""
+    sent_here = (Event.objects.filter(kind=Event.Kind.STATUS_CHANGE, device=dev, details__to=S.PROFILING,
+                                      time__lte=now).exclude(job=job).values("job_id"))
+    moved_on = Event.objects.filter(kind=Event.Kind.STATUS_CHANGE, details__from=S.PROFILING, time__gte=since,
+                                    job__in=sent_here).values("job_id")
+    return Job.objects.filter(pk__in=sent_here).filter(Q(status=S.PROFILING, profiling_device=dev)
+                                                       | Q(pk__in=moved_on)).exists()
 
 
 def _remember_profile_failure(job: Job, reason: str, dev: Device | None) -> None:
