@@ -5,7 +5,8 @@
 
 Arms, each a process of its own that stays up for the whole run:
 
-* **A** the job process: ``python -m workers.jobproc`` launched by a :class:`workers.agent.DeviceAgent` in this
+* **A** the job process as a device worker runs it (tools.jobpath: the catalog project under the job process
+  entry, in its sandbox where the host has one) launched by a :class:`workers.agent.DeviceAgent` in this
   process, its memory from the agent pool (CPU: memfd chunks; CUDA: the agent's VMM chunks, imported and mapped
   by the job, docs/allocator.md "On a CUDA device"; only where the driver refuses VMM chunks does the job get a
   pool of its own bounded by the budget, :mod:`workers.agent.pool`; the report names which per workload), every
@@ -44,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.agent import AgentSettings, DeviceAgent, JobRun
+from workers.agent import AgentSettings, DeviceAgent
 
 from .overhead_report import ARMS
 from .overhead_report import lines as report_lines
@@ -126,7 +127,7 @@ class TurnAgent(DeviceAgent):
 
     def _begin(self, run, proc, iteration: int) -> None:
         run.in_gate = True  # a held job is waiting, not hung
-        self.turns.wait_turn(run.pid, iteration)
+        self.turns.wait_turn(run.job_pid or run.pid, iteration)  # the job's own process, inside its sandbox
         super()._begin(run, proc, iteration)
 
 
@@ -208,6 +209,7 @@ def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: i
     :func:`tools.bench.overhead_report.summarize` takes it. ``facts`` (if given) gets ``pool``: where arm A's
     memory came from, ``"agent pool"`` or ``"per-process pool"`` (:attr:`workers.agent.pool.Pool.shared`)."""
     from placement.coordinator import Coordinator
+    from tools import jobpath
 
     total = (warmup_rounds + rounds) * steps
     params = {**params, "iterations": total}
@@ -222,11 +224,11 @@ def measure(key: str, params: dict[str, Any], device: str, rounds: int, steps: i
     outcome: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="zico-bench-"))
 
+    rt = jobpath.runtime(agent, work)
+
     def run_a() -> None:
-        try:
-            outcome.update(agent.run(JobRun(1, {"workload": key, "params": params, "device": device,
-                                                "checkpoint_dir": str(work / "ckpt"), "checkpoint_every_s": None},
-                                            curve=curve, on_message=turns.on_message)))
+        try:  # as a device worker runs it (tools.jobpath)
+            outcome.update(jobpath.run(rt, 1, key, params, curve, on_message=turns.on_message))
         except Exception as exc:  # noqa: BLE001 - reported by the rounds below
             outcome.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         finally:
