@@ -41,6 +41,7 @@ JOBS = [  # two different models, real data; sizes chosen so each runs ~1-2 minu
 # Solo profiles: steady iterations per job; the curve's iteration time is their median, so one iteration slowed
 # by other work on the machine does not skew the plan (Note [Averaging iterations] in zico_workloads/curves/trace.py).
 PROFILE_STEADY = 8
+PROFILE_POOL_BYTES = 2 << 30  # the pool each job is profiled alone in: far above either job's peak
 # The demo plans these jobs as the scheduler and the worker will: each solo curve stored with its held peak and
 # planned by placement.gating.planning_curve against the device row's gate headroom (Note [One planning rule]).
 # Note [The demo's slowdown limit]
@@ -129,21 +130,31 @@ def stored_device_peak(points, t_end: float, timeout: float = STORED_WAIT_S) -> 
     return points.aggregate(m=Max("reserved_bytes"))["m"]
 
 
-def solo_profiles(data_dir: Path) -> tuple[list, list[int]]:
-    """Each job profiled alone through the Zico allocator: its curve and the pool's peak reserved bytes."""
-    import zico_allocator as za
+def solo_profiles(data_dir: Path, work_dir: Path) -> tuple[list, list[int]]:
+    """Each job profiled alone as a device worker profiles it (tools.jobpath: the catalog project in its own
+    sandboxed job process, with one slot's threads and cores of the device's ``SLOTS``, its curve from the
+    allocator trace): its curve and the bytes its pool held at most."""
+    from demo_gain import SLOTS
+    from tools import jobpath
+    from workers.agent import AgentSettings, DeviceAgent
 
-    from tools.colocate import solo_profile
-
-    za.install_cpu()
+    agent = DeviceAgent("cpu", PROFILE_POOL_BYTES, PROFILE_POOL_BYTES, None, AgentSettings.from_env(), slots=SLOTS)
     curves, reserved = [], []
-    for n, spec in enumerate(JOBS, start=1):
-        c, r = solo_profile(spec["workload"], spec["params"], "cpu", data_dir, 990_000 + n, steady=PROFILE_STEADY)
-        log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)} allocated ({mib(r)} reserved), "
-            f"persistent {mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration (median of {PROFILE_STEADY}; "
-            f"range {c.meta['iteration_s_spread'][0]:.2f}-{c.meta['iteration_s_spread'][1]:.2f} s)")
-        curves.append(c)
-        reserved.append(r)
+    try:
+        rt = jobpath.runtime(agent, work_dir, data_dir)
+        for n, spec in enumerate(JOBS, start=1):
+            try:
+                c, _ = jobpath.profile(rt, 990_000 + n, spec["workload"], spec["params"], steady=PROFILE_STEADY)
+            except jobpath.JobPathError as exc:
+                raise SystemExit(f"the solo profile of {spec['workload']} failed: {exc.reason}") from None
+            r = max(int(c.meta.get("held_peak_bytes") or 0), int(c.peak_bytes))
+            log(f"solo profile of {spec['workload']}: peak {mib(c.peak_bytes)} allocated ({mib(r)} reserved), "
+                f"persistent {mib(c.persistent_bytes)}, {c.iteration_s:.2f} s/iteration (median of {PROFILE_STEADY}; "
+                f"range {c.meta['iteration_s_spread'][0]:.2f}-{c.meta['iteration_s_spread'][1]:.2f} s)")
+            curves.append(c)
+            reserved.append(r)
+    finally:
+        agent.close()
     return curves, reserved
 
 
@@ -180,13 +191,15 @@ def main() -> None:
     from zico.scheduling.service import make_policy
     from zico.scheduling.snapshot import compute_share
 
-    from demo_gain import SLOTS, gain, gain_check, predicted_ratio, slot_threads, uncoordinated
+    from demo_gain import SLOTS, gain, gain_check, predicted_ratio, uncoordinated
     from zico_contracts.cpushare import describe as describe_share
+    from zico_contracts.cpushare import slot_share
 
-    with slot_threads() as share:  # the job processes' thread policy (Note [Measuring the demo's gain])
-        log(f"profiling each job alone through the Zico allocator (solo peaks and iteration times), with a job's "
-            f"share of this CPU device: {share.threads} thread(s) on CPU {','.join(map(str, share.cpus))}")
-        curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR))
+    share = slot_share(sorted(os.sched_getaffinity(0)), SLOTS, 0)  # Note [Measuring the demo's gain]
+    log(f"profiling each job alone as the worker profiles it, each in its own sandboxed process (solo peaks and "
+        f"iteration times), with a job's share of this CPU device: {share.threads} thread(s) on CPU "
+        f"{','.join(map(str, share.cpus))}")
+    curves, reserved = solo_profiles(Path(settings.ZICO_DATA_DIR), var_dir / "solo-profiles")
     profiles_path = var_dir / "demo-profiles.json"  # what the plan below was chosen from, to replay a run's choice
     profiles_path.write_text(json.dumps({"curves": [c.to_dict() for c in curves], "reserved": reserved}))
     log(f"solo profiles written to {profiles_path}")

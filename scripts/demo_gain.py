@@ -6,9 +6,9 @@ Note [Measuring the demo's gain]
     iteration time, the median of its steady iterations in the solo profile the demo measures first. Together
     it takes the span from the first job's first iteration to the last job's last one (each job's
     ``train_s``, from its first iteration's start to its last's end, counted back from when it finished). Both
-    are measured the same way, so a noisy machine slows both: the solo profiles run with exactly the thread
-    policy of the job processes (:func:`slot_threads`: one slot's threads and cores of the device's two,
-    Note [Compute per slot] in zico_contracts.cpushare), and neither side counts process start-up. The
+    are measured the same way, so a noisy machine slows both: the solo profiles are the worker's own profile
+    runs (scripts/demo.py ``solo_profiles``: job processes with one slot's threads and cores of the device's
+    two, Note [Compute per slot] in zico_contracts.cpushare), and neither side counts process start-up. The
     ratio is ``solo sum / together``: above 1.0 the pair finished sooner together, under a budget below the
     sum of its solo peaks. A job's first iteration (warm-up) is in ``train_s`` but not in the median, which
     only makes the ratio smaller.
@@ -29,42 +29,17 @@ Note [Measuring the demo's gain]
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from placement.curves import MemoryCurve, combined_bytes
-from zico_contracts import cpushare
 
 from demo_plan import Check, mib  # beside this script
 
 SLOTS = 2  # the demo worker's --slots
-
-
-@contextlib.contextmanager
-def slot_threads(slots: int = SLOTS) -> Iterator[cpushare.SlotShare]:
-    """Run the block (the solo profiles, in this process) with the threads and cores a job of slot 0 of
-    ``slots`` gets on this machine; this thread's affinity is restored after, so processes started later
-    (the worker) see every core."""
-    import torch
-
-    before_cpus, before_threads = os.sched_getaffinity(0), torch.get_num_threads()
-    share = cpushare.slot_share(sorted(before_cpus), slots, 0)
-    torch.set_num_threads(share.threads)
-    try:
-        os.sched_setaffinity(0, share.cpus)
-    except OSError:
-        pass  # a host that refuses affinity: the threads alone, as the jobs get there
-    try:
-        yield share
-    finally:
-        torch.set_num_threads(before_threads)
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, before_cpus)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
 """scripts/demo_gain.py: the demo's gain is the sum of solo times over the pair's span together, its check fails with
 its figures at a ratio of 1.0 or less, counts only where the plan predicts a gain, and uncoordinated sharing is found
 to pass the budget where the measured curves (as each pool held them) meet."""
-import os
 import sys
 
 import pytest
@@ -56,12 +55,3 @@ def test_uncoordinated_sharing_passes_the_budget_where_the_pools_bytes_meet(dg):
     assert dg.uncoordinated(CURVES, RESERVED, sum(RESERVED), 10.0) is None
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
-def test_solo_profiles_run_with_a_slots_threads_and_cores_and_restore_them(dg):
-    import torch
-
-    cpus, threads = os.sched_getaffinity(0), torch.get_num_threads()
-    with dg.slot_threads(2) as share:
-        assert torch.get_num_threads() == share.threads == max(1, len(cpus) // 2)
-        assert os.sched_getaffinity(0) == set(share.cpus)
-    assert os.sched_getaffinity(0) == cpus and torch.get_num_threads() == threads
