@@ -148,6 +148,7 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
 
     from tools import jobpath
     from tools.bench.experiment_modes import ExperimentAgent, Timeline
+    from workers.agent.sandbox import CATALOG_PROJECT
 
     work = Path(tempfile.mkdtemp(prefix="zico-colocate-"))
     # Each job profiled alone as a device worker profiles it (tools.jobpath): its own process, the catalog
@@ -250,6 +251,8 @@ def run(jobs: list[tuple[str, dict[str, Any]]], device: str = "cpu", iterations:
         "capacity_bytes": int(pool_capacity) if device == "cpu" else None, "gate_headroom": gate_headroom,
         "planning": "placement.gating.planning_curve of each stored curve",
         "agent_pid": os.getpid(),  # this process holds the device agent; each job's ``pid`` is its own process
+        # the module every job process runs, as a run_job on a device worker (tools.jobpath)
+        "job_process": agent.settings.script_module, "catalog_project": str(CATALOG_PROJECT),
         # which rule set the budget: the fraction of the solo peaks, or the feasible floor above it
         "fraction_budget_bytes": int(budget_fraction * solo_sum),
         "budget_source": "feasible_floor" if floor > budget_fraction * solo_sum else "fraction",

@@ -40,7 +40,7 @@ Note [Catalog jobs run as scripts]
     T]`` (:func:`catalog_script_spec`), run by ``workers.job.entry`` in the job's sandbox, which mounts
     ``zico_workloads`` read-only beside the rest of the job-side code. So its iterations are the optimizer's
     steps (``workers.job.stepclock``), gated there, and its memory is the whole job process's pool (CPU shim
-    scope "all": the preloaded data set counts too, where ``workers.jobproc`` left it outside). What differs
+    scope "all": the preloaded data set counts too). What differs
     from a user's script: no archive is fetched and no output uploaded; its output directory is the job's
     checkpoint directory (``<ZICO_CHECKPOINT_DIR>/job-<id>``, kept for a resume; removed as before when the
     job succeeded or was cancelled); the built-in corpus is written to the data directory before the start

@@ -15,7 +15,6 @@ Job -> agent::
     mark           {kind, iteration}                   a phase mark inside an iteration (forward, backward, optimizer)
     iteration_end  {iteration[, marks]}                an iteration ended; marks: {phase: seconds since its begin}
     stats          {allocated, reserved, peak_allocated, peak_reserved, iteration, phase}   bytes; a few times a second
-    log            {line[, level]}                     a line for the agent's log; level: debug|info|warning|error|critical
     metric         {values: {name: number|str|None}[, iterations_total]}   training figures (loss, accuracy,
                                                        iterations_done, ...); iterations_total: the job's own count
                                                        of iterations (optimizer steps) in the whole run, when it
@@ -42,12 +41,11 @@ from typing import Any
 PROTOCOL_VERSION = 1
 CONTROL_FD_ENV = "ZICO_CONTROL_FD"
 AGENT_FD_ENV = "ZICO_AGENT_FD"
-MAX_LINE_BYTES = 1 << 20  # 1 MiB: a metric dict or a log line never needs more
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: a metric dict never needs more (a job's own lines go by stdout and stderr)
 
 STATUSES = ("succeeded", "failed", "cancelled", "aborted")
 PHASES = ("setup", "wait", "forward", "backward", "optimizer", "checkpoint", "done")
 MARK_KINDS = ("forward", "backward", "optimizer")
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # Python logging's, lower case
 
 
 class ProtocolError(ValueError):
@@ -101,7 +99,6 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
     "stats": ({"allocated": _BYTES, "reserved": _BYTES, "peak_allocated": _BYTES, "peak_reserved": _BYTES,
                "iteration": (lambda v: _int(v, -1), "an integer >= -1"),
                "phase": (_choice(PHASES), f"one of {PHASES}")}, {}),
-    "log": ({"line": (_str, "a string")}, {"level": (_choice(LOG_LEVELS), f"one of {LOG_LEVELS}")}),
     "metric": ({"values": (_values, "an object of name -> number, string or null")},
                {"iterations_total": (_int, "an integer >= 0")}),
     "profiled": ({"iterations": (_int, "an integer >= 0"), "profile_s": (lambda v: _num(v) and v >= 0,
@@ -112,7 +109,7 @@ MESSAGES: dict[str, tuple[dict[str, tuple], dict[str, tuple]]] = {
     "go": ({"delay_s": (lambda v: _num(v) and v >= 0, "a number >= 0 (seconds)")}, {}),
     "stop": ({"reason": (_str, "a string")}, {}),
 }
-JOB_TO_AGENT = ("hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "log", "metric", "profiled",
+JOB_TO_AGENT = ("hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "metric", "profiled",
                 "done")
 AGENT_TO_JOB = ("go", "stop")
 

@@ -55,11 +55,12 @@ CANCEL_TTL_S = 24 * 3600
 DONE_TTL_S = 7 * 24 * 3600
 
 # Lifecycle messages on CONTROL_STREAM; each entry's ``data`` field is JSON with ``msg`` (one of these),
-# ``t`` (unix s) and ``device`` (device key), plus the fields listed.
+# ``t`` (unix s) and ``device`` (device key), plus the fields listed. A job's out-of-memory error is no kind of its
+# own: it is the reason of its ``job_finished`` (or ``profile_done``'s error), rewritten by zico_contracts.oom.
 EVENT_KINDS = (
     "worker_up",       # device registration: device, kind, host, index, name, uuid, total_bytes, pid, slots
     "worker_down",     # clean shutdown of a worker: device
-    "job_started",     # job, device, placement, attempt, resumed_from (iteration)
+    "job_started",     # job, device, placement, resumed_from (iteration), iterations, pid (the job's own process)
     "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
                        # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
     "job_environment", # job, device, placement, state (preparing|ready|failed), progress (the installer's last
@@ -69,7 +70,6 @@ EVENT_KINDS = (
                        # metrics may carry compute_share: the run's measured share (zico_contracts.computeshare)
     "profile_done",    # job, device, curve (DESIGN contract) or error
     "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
-    "oom",             # job, device, details (allocator's last_oom())
     "oom_prevented",   # job, device, count, overruns, waited_s (Note [OOM prevented] in workers.oom_watch)
 )
 

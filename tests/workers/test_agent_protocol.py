@@ -32,7 +32,6 @@ def test_round_trip_of_every_message_over_a_socketpair():
             proto.encode("stats", allocated=1, reserved=2, peak_allocated=3, peak_reserved=4, iteration=0,
                          phase="forward"),
             proto.encode("metric", values={"loss": 1.5, "workload": "x", "accuracy": None}),
-            proto.encode("log", line="hi"),
             proto.encode("done", status="succeeded", metrics={"loss": 1.0})]
     a.sendall(b"".join(sent))
     a.close()
@@ -40,7 +39,7 @@ def test_round_trip_of_every_message_over_a_socketpair():
     kinds = []
     while (msg := reader.read()) is not None:
         kinds.append(msg["type"])
-    assert kinds == ["hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "metric", "log", "done"]
+    assert kinds == ["hello", "ready", "iteration_begin", "mark", "iteration_end", "stats", "metric", "done"]
 
 
 @pytest.mark.parametrize("msg, field", [
@@ -74,4 +73,4 @@ def test_direction_limits_the_types_and_bad_json_is_named():
         proto.decode(b"{not json")
     assert err.value.field == "message"
     with pytest.raises(proto.ProtocolError):
-        proto.decode(json.dumps({"type": "log", "line": "x" * proto.MAX_LINE_BYTES}).encode())
+        proto.decode(json.dumps({"type": "metric", "values": {"note": "x" * proto.MAX_LINE_BYTES}}).encode())

@@ -42,6 +42,12 @@ def test_the_json_report_names_each_job_process_its_status_and_the_bytes_moved_b
         assert report["pool_peak_reserved_bytes"] <= report["budget_bytes"]
     # each job: its own process (not colocate's, which holds the agent), and its status
     assert report["agent_pid"] == proc.pid
+    # the job processes are a device worker's: the job process entry running the catalog project
+    from workers.agent import AgentSettings
+    from workers.agent.sandbox import CATALOG_PROJECT
+
+    assert report["job_process"] == AgentSettings().script_module == "workers.job.entry"
+    assert report["catalog_project"] == str(CATALOG_PROJECT)
     pids = [j["pid"] for j in report["jobs"]]
     assert all(isinstance(p, int) and p > 0 for p in pids) and len(set(pids)) == 2 and proc.pid not in pids
     assert [j["status"] for j in report["jobs"]] == ["succeeded", "succeeded"]

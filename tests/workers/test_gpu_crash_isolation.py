@@ -1,9 +1,11 @@
 """Crash isolation on a GPU (issue 15 item 6): job processes drawing on one CUDA agent pool (VMM chunks). A sticky
-CUDA error (an illegal address from a bad kernel: faulty_job's ``cuda-illegal-address``) or a SIGKILL in one job
+CUDA error (an illegal address from a bad kernel: faulty_train's ``cuda-illegal-address``) or a SIGKILL in one job
 process ends only that job, ``failed`` with the reason; every chunk it held is back in the pool within 1 s of its
 exit; the neighbour trains on and succeeds, and a job started after the faults trains on the same pool.
 
-Real job processes (``python -m faulty_job``: ``workers.jobproc`` with the fault injected), real CUDA. Needs a GPU
+Real job processes run as a device worker runs a catalog job (the catalog project under the job process entry, in
+its sandbox where the host has one: ``tests/workers/faulty_project/faulty_train.py`` with the fault injected), real
+CUDA. Needs a GPU
 (``gpu`` marker; scripts/gpu-check.sh runs it as its crash-isolation step). Under NVIDIA MPS a fatal fault reaches
 every client of the GPU (docs/workers.md "MPS"), so the test skips there.
 """
@@ -11,14 +13,13 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from workers.agent import AgentSettings, JobRun
 from tools.crash_harness import ExitWatch, PacedAgent
+from faults import faulty_spec
 
-HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 STICKY = ("illegal memory access", "CUresult 700", "unspecified launch failure")
@@ -29,18 +30,14 @@ def mps_active() -> bool:
     return os.path.exists(os.path.join(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps", "control"))
 
 
-def spec(tmp_path, iterations):
-    return {"workload": "digits-cnn", "params": {"iterations": iterations, "batch_size": 256, "image_size": 32,
-                                                 "data": "synthetic"},
-            "device": "cuda:0", "checkpoint_dir": str(tmp_path / "ckpt"), "data_dir": str(tmp_path / "data"),
-            "checkpoint_every_s": None}
+def spec(tmp_path, iterations, fault="none"):
+    return faulty_spec(tmp_path, "digits-cnn", {"iterations": iterations, "batch_size": 256, "image_size": 32,
+                                                "data": "synthetic"}, fault, device="cuda:0")
 
 
-def test_a_sticky_cuda_error_or_a_kill_ends_only_that_job_and_its_chunks_come_back(tmp_path, monkeypatch):
+def test_a_sticky_cuda_error_or_a_kill_ends_only_that_job_and_its_chunks_come_back(tmp_path):
     if mps_active():
         pytest.skip("an MPS daemon runs: a fatal GPU fault reaches every MPS client (docs/workers.md, MPS)")
-    monkeypatch.setenv("PYTHONPATH", f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.setenv("ZICO_TEST_FAULT_2", "cuda-illegal-address")
     faulty, per_fault = [2, 3], 10
     neighbour_iterations = per_fault * (len(faulty) + 1)
     outs: dict[int, dict] = {}
@@ -50,10 +47,13 @@ def test_a_sticky_cuda_error_or_a_kill_ends_only_that_job_and_its_chunks_come_ba
         return job == 1 and ended < len(faulty) and iteration >= per_fault * (ended + 1)
 
     agent = PacedAgent("cuda:0", None, 1 << 30, None,
-                       AgentSettings(hang_timeout_s=120, startup_timeout_s=300, job_module="faulty_job"), hold=hold)
+                       AgentSettings(hang_timeout_s=120, startup_timeout_s=300), hold=hold)
     if not agent.pool.shared:
         agent.close()
         pytest.fail("no agent pool on cuda:0: the driver refused VMM chunks (see the worker log)")
+    if agent.user_code_refusal():  # the faulty project is not the catalog project: it runs only in a sandbox
+        agent.close()
+        pytest.skip(f"no sandbox on this host for the faulty project: {agent.user_code_refusal()}")
     runs: dict[int, JobRun] = {}
     watch = ExitWatch(agent, runs)
     lock = threading.Lock()
@@ -76,7 +76,7 @@ def test_a_sticky_cuda_error_or_a_kill_ends_only_that_job_and_its_chunks_come_ba
                 if job == 3 and msg["iteration"] == 1 and job not in killed_at:
                     fault_held[job] = watch.held(job)
                     killed_at[job] = time.monotonic()
-                    os.kill(runs[3].pid, signal.SIGKILL)
+                    os.kill(runs[3].job_pid, signal.SIGKILL)  # the job's own process
         return see
 
     def on_output(job):
@@ -86,7 +86,8 @@ def test_a_sticky_cuda_error_or_a_kill_ends_only_that_job_and_its_chunks_come_ba
         return line
 
     runs[1] = JobRun(1, spec(tmp_path, neighbour_iterations), on_message=on_message(1))
-    runs[2] = JobRun(2, spec(tmp_path, 6), on_message=on_message(2), on_output=on_output(2))
+    runs[2] = JobRun(2, spec(tmp_path, 6, "cuda-illegal-address"), on_message=on_message(2),
+                     on_output=on_output(2))
     runs[3] = JobRun(3, spec(tmp_path, 6), on_message=on_message(3))
     runs[4] = JobRun(4, spec(tmp_path, 5), on_message=on_message(4))  # starts once both faulty jobs have ended
 

@@ -1,6 +1,7 @@
 """A greedy neighbour beside a real training job, both job processes under one device agent with the agent pool.
 
-The greedy job (``faulty_job.py``, kind ``greedy``) allocates 12 MiB tensors without bound and tries again after
+Both run as a device worker runs a catalog job (``tests/workers/faulty_project/faulty_train.py``: the catalog
+project under the job process entry, in its sandbox). The greedy job (fault ``greedy``) allocates 12 MiB tensors without bound and tries again after
 every out-of-memory error; the training job is the catalog's digits-cnn, gated by the coordinator. Shown, with
 the agent's own statistics: the training job keeps its pace (within 1.2x its solo time, measured in this run the
 same way), the greedy one is held at its grant (the budget less what the training job holds), the pool never
@@ -15,46 +16,23 @@ training thread spends blocked or working, which this span keeps (the greedy job
 wait between its tries). The wall spans are printed beside it.
 """
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from workers.agent import AgentSettings, DeviceAgent, JobRun
 from tools.bench.schedstat import thread_ns
+from faults import faulty_spec
 
-HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow
 MiB = 1 << 20
 NORMAL = ("digits-cnn", {"iterations": 200, "batch_size": 128, "image_size": 32})
 GREEDY = ("digits-cnn", {"iterations": 10, "batch_size": 16, "image_size": 16})
 SLOWDOWN_LIMIT = 1.2
 
-PROFILE = """
-import json, sys
-import zico_allocator as za
-from tools.colocate import solo_profile
-za.install_cpu()
-key, params = json.loads(sys.argv[1])
-curve, reserved = solo_profile(key, params, "cpu", sys.argv[2], 900)
-print(json.dumps(curve.to_dict()))
-"""
-
-
-@pytest.fixture
-def job_path(monkeypatch):
-    """Job processes find faulty_job.py (this folder) on their path."""
-    monkeypatch.setenv("PYTHONPATH", f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-
-
-def spec(tmp_path, job):
-    key, params = job
-    return {"workload": key, "params": params, "device": "cpu", "checkpoint_dir": str(tmp_path / "ckpt"),
-            "data_dir": str(tmp_path / "data"), "checkpoint_every_s": None}
+def spec(tmp_path, job, fault="none"):
+    return faulty_spec(tmp_path, *job, fault)
 
 
 class Ends:
@@ -68,7 +46,7 @@ class Ends:
 
     def __call__(self, msg):
         if msg["type"] == "iteration_end":
-            got = thread_ns(self.run.pid) if self.run and self.run.pid else None
+            got = thread_ns(self.run.job_pid) if self.run and self.run.job_pid else None  # the job's own process
             self.times.append((time.monotonic(), (got[1] if got else 0) / 1e9))
             if len(self.times) >= 3:
                 self.warm.set()
@@ -87,16 +65,18 @@ def run_job(agent, job_id, spec, ends=None, **kw):
 
 
 @pytest.mark.timeout(1500)
-def test_a_greedy_neighbour_is_held_at_its_grant_while_the_training_job_keeps_its_pace(tmp_path, job_path,
-                                                                                      monkeypatch):
+def test_a_greedy_neighbour_is_held_at_its_grant_while_the_training_job_keeps_its_pace(tmp_path):
     from placement.coordinator import Coordinator
+    from tools import jobpath
 
-    prof = subprocess.run([sys.executable, "-c", PROFILE, json.dumps(NORMAL), str(tmp_path / "data")],
-                          capture_output=True, text=True, timeout=600)
-    assert prof.returncode == 0, prof.stderr[-2000:]
-    curve = json.loads(prof.stdout.strip().splitlines()[-1])
-    monkeypatch.setenv("ZICO_TEST_FAULT_3", "greedy")
-    settings = AgentSettings(stop_grace_s=20, job_module="faulty_job")
+    settings = AgentSettings(stop_grace_s=20)
+    # each job its slot's share of this CPU device, as on a device worker (two slots: one core each on 2 cores)
+    profiler = DeviceAgent("cpu", 1 << 30, 1 << 30, None, settings, slots=2)  # profiled as a worker profiles it
+    try:
+        curve = jobpath.profile(jobpath.runtime(profiler, tmp_path / "profile", tmp_path / "data"), 900,
+                                *NORMAL)[0].to_dict()
+    finally:
+        profiler.close()
 
     def solo(agent, job_id):
         ends = Ends()
@@ -105,7 +85,7 @@ def test_a_greedy_neighbour_is_held_at_its_grant_while_the_training_job_keeps_it
         return ends
 
     # The training job alone: its held peak (chunks) sets the budget; its pace is the solo baseline.
-    big = DeviceAgent("cpu", 1 << 30, 1 << 30, Coordinator(0.85 * (1 << 30)), settings)
+    big = DeviceAgent("cpu", 1 << 30, 1 << 30, Coordinator(0.85 * (1 << 30)), settings, slots=2)
     try:
         solo_before = solo(big, 1)
         normal_peak = big.pool.native.stats()["jobs"][1]["peak_held_bytes"]
@@ -113,7 +93,7 @@ def test_a_greedy_neighbour_is_held_at_its_grant_while_the_training_job_keeps_it
         big.close()
     budget = 3 * normal_peak  # the training job needs a third of it: inside its fair share (a half)
     capacity = 4 * normal_peak  # room past the budget, which only the deadlock rule may use
-    agent = DeviceAgent("cpu", capacity, budget, Coordinator(0.85 * budget), settings)
+    agent = DeviceAgent("cpu", capacity, budget, Coordinator(0.85 * budget), settings, slots=2)
     agent.pool.native.set_wait(2.0)
     samples = []  # (t, pool held, greedy held, training job held) every 10 ms
     full = {}  # when the greedy job was first refused, and what it and the training job held then
@@ -135,7 +115,7 @@ def test_a_greedy_neighbour_is_held_at_its_grant_while_the_training_job_keeps_it
     normal_done = threading.Event()
     try:
         greedy_thread = threading.Thread(target=lambda: outs.__setitem__(3, run_job(
-            agent, 3, spec(tmp_path, GREEDY), stop_check=lambda: "cancelled" if normal_done.is_set() else None)))
+            agent, 3, spec(tmp_path, GREEDY, "greedy"), stop_check=lambda: "cancelled" if normal_done.is_set() else None)))
         normal_thread = threading.Thread(target=lambda: outs.__setitem__(2, run_job(
             agent, 2, spec(tmp_path, NORMAL), co, curve=curve)))
         normal_thread.start()

@@ -63,7 +63,7 @@ def test_a_capacity_refusal_names_the_capacity(reports):
 
 
 def test_a_reason_with_the_workers_dict_repr_is_rewritten(reports):
-    # what workers/jobproc.py and workers/runner.py append: f" (allocator: {info})" with info the dict
+    # what an older worker appended to an out-of-memory reason: f" (allocator: {info})" with info the dict
     stored = f"OutOfMemoryError: Zico CPU pool: out of memory (allocator: {reports['budget']})"
     text = readable_reason(stored)
     assert text == ("OutOfMemoryError: Zico CPU pool: out of memory (" + describe_oom(reports["budget"]) + ")")

@@ -22,7 +22,7 @@ import sys
 
 from placement.compute_share import DEFAULT_COMPUTE_SHARE, predicted_slowdown, relative_error
 
-from .catalog_paths import parse_job
+from tools.colocate import parse_job
 from .experiment import CPU_JOBS
 from .experiment_modes import Job, colocated_slowdowns, run_mode
 

@@ -13,7 +13,7 @@
 
 The control protocol between agent and job is :mod:`zico_contracts.agent`; the job's side is
 :mod:`workers.job.control`, used by the job process :mod:`workers.job.entry` (a user's own script, spec
-:mod:`zico_contracts.userjob`, or the catalog project) and by :mod:`workers.jobproc` (colocate, the experiment).
+:mod:`zico_contracts.userjob`, or the catalog project), the one job process of every job.
 """
 from .agent import SUPERSEDED, DeviceAgent, JobRun
 from .lock import DeviceLocked, lock_device

@@ -26,8 +26,8 @@ A spec with ``"kind": "script"`` is a user's own training script (:mod:`zico_con
 (:meth:`DeviceAgent.user_code_refusal`) or the spec is malformed, :meth:`DeviceAgent.run` returns ``failed``
 with that message and starts nothing. A catalog job is a script too, the built-in project
 ``workers/job/catalog_project`` (``workers.runner.catalog_script_spec``), which where no sandbox can run goes
-the same way unwrapped (Note [No sandbox for Zico's own code] in :mod:`.sandbox`); ``workers.jobproc`` runs
-catalog jobs for ``tools.colocate`` and the real-run experiment.
+the same way unwrapped (Note [No sandbox for Zico's own code] in :mod:`.sandbox`); the tools that measure Zico run
+catalog jobs so too (``tools.jobpath``).
 
 Note [Outcome of a job process]
     The job's own ``done`` message gives the status, unless the agent killed it (hang, bypass: ``failed``
@@ -59,7 +59,7 @@ from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob, wa
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
-from ..joblines import for_log, neutral_paths
+from ..joblines import neutral_paths
 from . import diskwatch, sandbox, shmwatch
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
@@ -72,15 +72,15 @@ TICK_S = 0.25
 STOP_CHECK_S = 0.5
 SUPERSEDED = "superseded"  # stop status of a profile run that the job's run replaced (supersede_profile)
 STOP_REASONS = {"cancelled": "cancelled on request", SUPERSEDED: "superseded by the job's run (a stale profile)"}
-PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "profiled", "done", "log")
+PROGRESS_MESSAGES = ("hello", "ready", "iteration_begin", "iteration_end", "mark", "metric", "profiled", "done")
 
 
 @dataclass
 class JobRun:
     """One job process under the agent, with its live figures (bytes) as the job last reported them.
 
-    ``spec``: a catalog job's (``workers.jobproc``) or a user script's (``"kind": "script"``,
-    :func:`zico_contracts.userjob.validate_spec`). ``on_message(msg)`` sees every message of the job (and the
+    ``spec``: a script job's (``"kind": "script"``, :func:`zico_contracts.userjob.validate_spec`): a user's own
+    script or the catalog project (``workers.runner.catalog_script_spec``). ``on_message(msg)`` sees every message of the job (and the
     agent's ``go``), in the job's reader thread; ``on_output(stream, line)`` every line the job prints,
     ``stream`` ``"stdout"`` or ``"stderr"`` (and the agent's own notes, such as a CPU slot's share, as
     ``"system"``, a stream no job can write), each cut to ``AgentSettings.output_line_bytes``, in that stream's
@@ -215,22 +215,19 @@ class DeviceAgent:
             if not self.pool.shared:  # Note: per-process pools, each bounded by the device budget (and the job's)
                 spec.setdefault("budget_bytes", min(self.pool.budget_bytes, run.budget_bytes or self.pool.budget_bytes))
                 spec.setdefault("capacity_bytes", self.capacity_bytes)
-            box, module = None, self.settings.job_module
-            if spec.get("kind") == userjob.SCRIPT_KIND:
-                try:
-                    box = sandbox.Sandbox.for_job(run.job_id, spec, self.settings)
-                except (userjob.SpecError, sandbox.SandboxUnavailable) as exc:
-                    self._forget(run.job_id)
-                    log.warning("job %s: user script not started: %s", run.job_id, exc)
-                    return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None,
-                            "metrics": {}}
-                spec, module = box.spec, self.settings.script_module
+            try:  # every job is a script for the job process entry, a catalog job the catalog project's
+                box = sandbox.Sandbox.for_job(run.job_id, spec, self.settings)
+            except (userjob.SpecError, sandbox.SandboxUnavailable) as exc:
+                self._forget(run.job_id)
+                log.warning("job %s: not started: %s", run.job_id, exc)
+                return {"status": "failed", "reason": str(exc), "pid": None, "returncode": None, "metrics": {}}
+            spec = box.spec
             share_env = self._cpu_share(run, spec)
             agent_fd = self.pool.add_job(run.job_id, run.tenant_id, run.budget_bytes)
-            proc = JobProcess(run.job_id, spec, module,
+            proc = JobProcess(run.job_id, box, self.settings.script_module,
                               lambda msg: self._on_message(run, proc, msg),
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
-                              agent_fd, self.settings.stderr_lines, sandbox=box,
+                              agent_fd, self.settings.stderr_lines,
                               on_output=lambda stream, line: self._on_output(run, stream, line),
                               output_line_bytes=self.settings.output_line_bytes, share_env=share_env)
         except BaseException:
@@ -494,11 +491,6 @@ class DeviceAgent:
             msg = self._measured_profile(run, msg)
         elif kind == "metric" and "iterations_total" in msg:
             run.iterations = msg["iterations_total"]
-        elif kind == "log":  # the job's own log records at WARNING and above arrive so (workers.jobproc)
-            level = logging.getLevelName(str(msg.get("level", "info")).upper())  # the job's word: an int, or not
-            # Note [A job's lines in the worker's log] in workers.joblines: marked as the job's, escaped
-            log.log(level if isinstance(level, int) else logging.WARNING, "%s",
-                    for_log(run.job_id, "log", str(msg.get("line", ""))[:1000]))
         run.on_message(msg)
 
     def _measured_profile(self, run: JobRun, msg: dict[str, Any]) -> dict[str, Any]:

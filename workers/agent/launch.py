@@ -1,6 +1,8 @@
 """One job process as the agent sees it: launched with inherited sockets, its messages read, its stderr tailed.
 
-:class:`JobProcess` starts ``python -m <job module> --spec JSON`` with the control socket's end (an
+:class:`JobProcess` starts the job process entry (``python -m workers.job.entry``) through its sandbox's command
+(:mod:`.sandbox`: bwrap, or the same process unwrapped for Zico's own catalog project where no sandbox can run),
+with the control socket's end (an
 ``AF_UNIX`` stream socketpair, :mod:`zico_contracts.agent`) and, with the agent pool, the allocator socket's
 end passed through ``pass_fds`` (their numbers in ``ZICO_CONTROL_FD`` / ``ZICO_AGENT_FD``). Nothing is forked
 from a thread-holding interpreter without an exec: ``subprocess`` execs at once, so the child starts clean
@@ -10,21 +12,18 @@ A reader thread decodes the job's messages and hands each to the agent's callbac
 (to the log) and stderr (to the log and a tail of the last lines, for the failure reason), each line cut to a
 size cap (:mod:`.output`) and handed to ``on_output(stream, line)`` as well.
 
-A user-script job runs inside its sandbox (:mod:`.sandbox`): the process launched is the outer bwrap, the job
-itself is found at its ``hello`` (:meth:`JobProcess.locate`), and signals and exit statuses go through the
+In a sandbox the process launched is the outer bwrap, the job itself is found at its ``hello`` (:meth:`JobProcess.locate`), and signals and exit statuses go through the
 sandbox as Note [Signals through the sandbox] says.
 """
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -153,32 +152,24 @@ class JobProcess:
     ``on_protocol_error(exc)`` for a message that breaks the protocol (the agent then kills the job);
     ``on_output(stream, line)`` in a drain thread for every line of stdout (``"stdout"``) and stderr
     (``"stderr"``), each cut to ``output_line_bytes``. ``sandbox`` (a :class:`workers.agent.sandbox.Sandbox`)
-    wraps the command; ``spec`` is then the sandbox's own (in-sandbox paths) and goes in as a file.
+    gives the command running ``python -m job_module`` with the job's spec (in-sandbox paths) as a file.
     ``share_env``: the job's share of a CPU device (zico_contracts.cpushare.job_environment), set in its
     environment (the job's own ``env`` in its spec is applied after, inside the job, and wins)."""
 
-    def __init__(self, job_id: int, spec: dict[str, Any], job_module: str, on_message: Callable[[dict], None],
+    def __init__(self, job_id: int, sandbox, job_module: str, on_message: Callable[[dict], None],
                  on_protocol_error: Callable[[Exception], None], agent_fd: int | None = None,
-                 stderr_lines: int = 50, env: dict[str, str] | None = None, sandbox=None,
-                 on_output: Callable[[str, str], None] | None = None, output_line_bytes: int = 4096,
-                 share_env: dict[str, str] | None = None):
+                 stderr_lines: int = 50, on_output: Callable[[str, str], None] | None = None,
+                 output_line_bytes: int = 4096, share_env: dict[str, str] | None = None):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
-        self.sandboxed = sandbox is not None and sandbox.wrapped  # False: Note [No sandbox for Zico's own code]
+        self.sandboxed = sandbox.wrapped  # False: Note [No sandbox for Zico's own code]
         self._send_lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
         fds = [theirs.fileno()] + ([agent_fd] if agent_fd is not None else [])
         job_env = {proto.CONTROL_FD_ENV: str(theirs.fileno()), "PYTHONUNBUFFERED": "1",
                    **({proto.AGENT_FD_ENV: str(agent_fd)} if agent_fd is not None else {}), **(share_env or {})}
-        extra: list[int] = []
-        if sandbox is not None:  # the environment is the sandbox's alone (no worker secrets)
-            argv, child_env, extra = sandbox.command(job_module, job_env)
-        else:
-            argv = [sys.executable, "-m", job_module, "--spec", json.dumps(spec)]
-            child_env = {**os.environ, **(env or {})}
-            child_env.pop(proto.AGENT_FD_ENV, None)
-            child_env.update(job_env)
+        argv, child_env, extra = sandbox.command(job_module, job_env)  # the environment is the sandbox's alone
         try:
             self.proc = subprocess.Popen(argv, pass_fds=fds + extra, env=child_env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,

@@ -60,8 +60,8 @@ class AgentSettings:
         stderr_lines: stderr lines kept to find where a crashed job was (its stack, printed by faulthandler) (50).
         reason_stderr_lines: the last stderr lines a failed job's reason ends with (20; a crash's from
             faulthandler's ``Fatal Python error`` on, up to ``stderr_lines``).
-        job_module: the module run with ``python -m`` for each catalog job (``workers.jobproc``).
-        script_module: the module run for each user-script job, inside the sandbox (``workers.job.entry``).
+        script_module: the job process entry every job runs, inside its sandbox (``workers.job.entry``): a user's
+            script, or a catalog job as the catalog project.
         output_line_bytes: a job's stdout/stderr line is cut to this many bytes before it reaches the log, the
             stderr tail and ``JobRun.on_output`` (``ZICO_JOB_OUTPUT_LINE_BYTES``, default 4096; the rest of the
             line is dropped and the line ends with ``... [N bytes cut]``).
@@ -96,7 +96,6 @@ class AgentSettings:
     rss_interval_s: float = 0.25
     stderr_lines: int = 50
     reason_stderr_lines: int = 20
-    job_module: str = "workers.jobproc"
     script_module: str = "workers.job.entry"
     output_line_bytes: int = 4096
     bwrap: str = "/usr/bin/bwrap"

@@ -1,6 +1,6 @@
 """The job process's link to its device agent, for every job process (``workers.job.entry``): the control
 socket's client (the gate round trip at each iteration start, sends from any thread), the allocator client
-installed before torch allocates anything, dying with the parent, the job's log records to the agent, and the
+installed before torch allocates anything, dying with the parent, and the
 allocator's last out-of-memory report. The protocol itself is :mod:`zico_contracts.agent`.
 
 Note [Allocator before CUDA, and never in a forked child]
@@ -14,7 +14,6 @@ Note [Allocator before CUDA, and never in a forked child]
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import select
 import signal
@@ -109,21 +108,6 @@ class Control:
                     return delay
             if self.stop_status:
                 raise Stopped(self.stop_status)
-
-
-class AgentLogHandler(logging.Handler):
-    """Sends the job's log records (WARNING and above: a checkpoint that could not be saved, ...) to the agent,
-    which writes them to the device worker's log under the job's id."""
-
-    def __init__(self, control: Control):
-        super().__init__(logging.WARNING)
-        self.control = control
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.control.send("log", line=self.format(record)[:4000], level=record.levelname.lower())
-        except Exception:  # the agent is gone; the record is on stderr too
-            pass
 
 
 def die_with_parent(orphan_check: bool = True) -> None:

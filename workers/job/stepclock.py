@@ -3,8 +3,8 @@
 :class:`StepClock` is installed by the user-script job process (``workers.job.entry``) before the script runs.
 
 Note [Iterations of an unmodified script]
-    As for catalog jobs (Note [Iterations from optimizer steps] in ``workers.jobproc``), one optimizer step is
-    one iteration: torch's global step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook`` /
+    One optimizer step is one iteration (the start must precede the iteration's allocations, the end is
+    where the optimizer steps, found without the training code saying so): torch's global step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook`` /
     ``_post_hook``) see every ``step()`` of every optimizer, so gradient accumulation (one step after N
     micro-batches) counts one. Where the hooks act:
 

@@ -345,10 +345,6 @@ def on_telemetry_gap(msg: dict[str, Any], r) -> None:
         TelemetryGap.objects.create(device=dev, start=_dt(msg["start"]), end=_dt(msg["end"]))
 
 
-def on_oom(msg: dict[str, Any], r) -> None:
-    log.warning("out of memory on %s for job %s: %s", msg.get("device"), msg.get("job"), msg.get("details"))
-
-
 def on_oom_prevented(msg: dict[str, Any], r) -> None:
     """One ``oom_prevented`` Event per report: ``count`` allocations waited for the budget and then
     succeeded (Note [OOM prevented] in workers.oom_watch); ``/metrics`` sums the counts."""
@@ -371,7 +367,6 @@ HANDLERS = {
     "job_finished": on_job_finished,
     "profile_done": on_profile_done,
     "telemetry_gap": on_telemetry_gap,
-    "oom": on_oom,
     "oom_prevented": on_oom_prevented,
     "worker_down": lambda msg, r: None,
 }

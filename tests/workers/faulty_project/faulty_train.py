@@ -1,13 +1,16 @@
-"""A real job process (``workers.jobproc``) with a fault injected at one iteration, for the agent's crash tests.
+"""Zico's catalog project (``workers/job/catalog_project/train.py``) with a fault injected at one iteration, for
+the agent's crash tests: run as a script job by the job process entry (``workers.job.entry``), in its sandbox,
+exactly as a device worker runs a catalog job.
 
-Run as ``python -m faulty_job --spec ...`` (this folder on PYTHONPATH) by a DeviceAgent whose
-``job_module`` is ``faulty_job``. The spec's ``params`` go to the workload as usual; the fault is read from
-the environment of the agent's process: ``ZICO_TEST_FAULT_<job id>=<kind>`` with ``kind`` one of segfault,
-exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind, greedy, cuda-illegal-address; it strikes inside iteration 2 (forward
-pass), after the job has held pool memory for two iterations. A job without a fault trains normally. Where the job
-itself ends (segfault, exit3, exception, escape-budget's out-of-memory error, cuda-illegal-address) it first writes
-``zico-test: fault at <time.monotonic()>`` to stderr: a time before its process exits, on the clock the test
-reads too (``CLOCK_MONOTONIC`` is the machine's), from which the test times how soon its chunks are back.
+    python faulty_train.py --fault KIND [--budget-bytes B] --workload digits-cnn --params '{...}'
+
+``KIND`` is one of segfault, exit3, exception, hang, malloc, escape-budget, escape-scope, escape-bind, greedy,
+cuda-illegal-address, none; it strikes inside iteration 2 (entered as a ``zico.iteration()`` block: the gate let it
+start and its forward phase is marked), after the job has held pool memory for two iterations. ``none`` trains
+normally. Where the job itself ends (segfault, exit3, exception, the out-of-memory error of escape-budget and
+escape-bind, cuda-illegal-address) it first writes ``zico-test: fault at <time.monotonic()>`` to stderr: a time before its
+process exits, on the clock the test reads too (``CLOCK_MONOTONIC`` is the machine's, the sandbox's too), from
+which the test times how soon its chunks are back. ``B`` (default 256 MiB) sizes the malloc and escape faults.
 
 ``cuda-illegal-address`` (a job on a CUDA device) makes its CUDA context unusable for good: a kernel that stores to
 address 0x10, written in PTX and launched through the CUDA driver API with ctypes (no compiler needed: the driver
@@ -15,19 +18,17 @@ compiles PTX), faults with an illegal memory access (CUDA_ERROR_ILLEGAL_ADDRESS,
 later CUDA call of the process fails, and the job ends failed with torch's error at its next use of the device.
 
 ``greedy`` is a neighbour that never frees: it allocates 12 MiB tensors through torch (so from the agent's chunks)
-and keeps them, and after every out-of-memory error it tries again, until SIGTERM; then it frees everything and
-ends ``cancelled``.
+and keeps them, and after every out-of-memory error it tries again, until the agent stops it; then it frees
+everything and ends ``cancelled``.
 """
+import argparse
 import ctypes
-import json
 import os
-import signal
+import runpy
 import sys
-import threading
 import time
 
-from workers import jobproc
-from zico_workloads import training
+import zico_job as zico
 
 FAULT_AT = 2
 GREEDY_STEP_BYTES = 12 << 20
@@ -53,11 +54,10 @@ def stamp() -> None:
     sys.stderr.flush()
 
 
-def strike(kind: str, spec: dict) -> None:
+def strike(kind: str, budget: int, device: str) -> None:
     import torch
     import zico_allocator as za
 
-    budget = int(spec.get("test_budget_bytes") or 256 << 20)
     if kind == "segfault":
         stamp()
         ctypes.string_at(0)
@@ -86,14 +86,18 @@ def strike(kind: str, spec: dict) -> None:
         del x
     elif kind == "escape-bind":  # unbind (job 0), then allocate 2x the budget through torch
         with za.bind(0):
-            x = torch.ones(2 * budget // 4, dtype=torch.float32)
+            try:
+                x = torch.ones(2 * budget // 4, dtype=torch.float32)
+            except torch.OutOfMemoryError:  # the agent's refusal: unbound or not, the process's pool is the job's
+                stamp()
+                raise
             time.sleep(3600)
             del x
     elif kind == "greedy":
         greedy(torch)
     elif kind == "cuda-illegal-address":
         stamp()
-        illegal_address(torch, spec["device"])
+        illegal_address(torch, device)
     elif kind == "escape-scope":  # route torch around the allocator, then allocate 2x the budget
         za.set_cpu_scope("off")
         x = torch.ones(2 * budget // 4, dtype=torch.float32)
@@ -130,35 +134,46 @@ def illegal_address(torch, device: str) -> None:
 
 
 def greedy(torch) -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    """Until the agent stops the job (its SIGTERM raises the job process's stop into this loop, which ends the
+    job ``cancelled``)."""
     held, refusals = [], 0
-    while not stop.is_set():
-        try:
-            held.append(torch.ones(GREEDY_STEP_BYTES // 4, dtype=torch.float32))
-        except torch.OutOfMemoryError:
-            refusals += 1  # and again: a greedy job does not take no for an answer
-    sys.stderr.write(f"greedy: held {len(held) * GREEDY_STEP_BYTES} bytes, refused {refusals} times\n")
-    held.clear()
-    raise jobproc.Stopped("cancelled")
+    try:
+        while True:
+            try:
+                held.append(torch.ones(GREEDY_STEP_BYTES // 4, dtype=torch.float32))
+            except torch.OutOfMemoryError:
+                refusals += 1  # and again: a greedy job does not take no for an answer
+    finally:
+        sys.stderr.write(f"greedy: held {len(held) * GREEDY_STEP_BYTES} bytes, refused {refusals} times\n")
+        held.clear()
 
 
-def main() -> int:
-    spec = json.loads(sys.argv[sys.argv.index("--spec") + 1])
-    kind = os.environ.get(f"ZICO_TEST_FAULT_{spec['job']}")
-    if kind:
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fault", required=True)
+    ap.add_argument("--budget-bytes", type=int, default=256 << 20)
+    a, rest = ap.parse_known_args()
+    if a.fault != "none":
+        import torch
+
+        from zico_workloads import training
+
         original = training.TrainingJob.run_iteration
+        device = "cuda" if torch.cuda.is_available() else "cpu"
 
         def run_iteration(self, i, marks=None):
             if i == FAULT_AT:
-                marks.iteration_start(i)
-                marks.phase("forward")
-                strike(kind, spec)
+                with zico.iteration():  # the gate lets iteration 2 start; its forward phase is marked
+                    strike(a.fault, a.budget_bytes, device)
             return original(self, i, marks)
 
         training.TrainingJob.run_iteration = run_iteration
-    return jobproc.main(sys.argv[1:])
+    import workers.job
+
+    sys.argv = ["train.py", *rest]
+    runpy.run_path(os.path.join(os.path.dirname(workers.job.__file__), "catalog_project", "train.py"),
+                   run_name="__main__")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
