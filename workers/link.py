@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import redis
 
-from zico_contracts import keys
+from zico_contracts import keys, lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,9 @@ class Link:
     # -- lifecycle messages (never lost while the process lives) ----------------------------
     def emit(self, msg_type: str, /, **fields: Any) -> None:
         """Queue a lifecycle message ``{"msg": msg_type, "t": ..., "device": ..., **fields}`` for the control
-        consumer. Raises ValueError on an unknown type (see ``zico_contracts.keys.EVENT_KINDS``)."""
-        if msg_type not in keys.EVENT_KINDS:
-            raise ValueError(f"unknown control message type {msg_type!r} (see zico_contracts.keys.EVENT_KINDS)")
-        msg = {"t": self.clock(), "device": self.device, **fields, "msg": msg_type}
+        consumer. Raises zico_contracts.lifecycle.LifecycleError (a ValueError naming the field) when it breaks
+        the contract: an unknown kind, a missing, unknown or ill-typed field."""
+        msg = lifecycle.validate({"t": self.clock(), "device": self.device, **fields, "msg": msg_type})
         with self._lock:
             self._outbox.append(msg)
 

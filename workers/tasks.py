@@ -37,9 +37,10 @@ def run_job(job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
     try:
         parsed = RunSpec.from_dict(job_id, spec)
     except SpecError as exc:
-        if isinstance(job_id, int):
-            rt.link.emit("job_finished", job=job_id, placement=(spec or {}).get("placement")
-                         if isinstance(spec, dict) else None, status="failed", reason=f"bad run spec: {exc}")
+        if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+            placement = spec.get("placement") if isinstance(spec, dict) else None
+            rt.link.emit("job_finished", job=job_id, status="failed", reason=f"bad run spec: {exc}",
+                         placement=placement if isinstance(placement, int) and placement > 0 else None)
             rt.link.flush()
         raise
     return run(rt, parsed)

@@ -1,5 +1,5 @@
 """A run's compute-share measurement as it travels from the device worker to the web side: the ``compute_share``
-entry of a ``job_finished`` message's ``metrics`` (zico_contracts.keys.EVENT_KINDS).
+entry of a ``job_finished`` message's ``metrics`` (zico_contracts.lifecycle).
 
 The device agent measures it while the job runs beside others (placement.compute_meter; what the figures mean:
 Note [Measured compute share] in placement.compute_share, whose ``ShareEstimate.to_dict()`` makes the object);

@@ -8,7 +8,7 @@ name                               type    meaning
 ``zico:telemetry``                 stream  memory samples (job, device, t, allocated, reserved, iteration, phase)
                                            read by the control consumer and, with a cursor, by the pages'
                                            live endpoints (zico.web.live); trimmed to ``TELEMETRY_STREAM_MAXLEN``
-``zico:control``                   stream  lifecycle messages worker -> control consumer (see ``EVENT_KINDS``)
+``zico:control``                   stream  lifecycle messages worker -> control consumer (zico_contracts.lifecycle)
 ``zico:workers``                   set     device keys of every worker that ever registered
 ``zico:worker:<dev>:heartbeat``    string  JSON {pid, t, jobs}; expires after ``HEARTBEAT_TTL_S``
 ``zico:device:<dev>:budget``       string  budget bytes the web side wants the device to hold; read by the worker
@@ -54,24 +54,7 @@ SAMPLE_INTERVAL_S = 0.2
 CANCEL_TTL_S = 24 * 3600
 DONE_TTL_S = 7 * 24 * 3600
 
-# Lifecycle messages on CONTROL_STREAM; each entry's ``data`` field is JSON with ``msg`` (one of these),
-# ``t`` (unix s) and ``device`` (device key), plus the fields listed. A job's out-of-memory error is no kind of its
-# own: it is the reason of its ``job_finished`` (or ``profile_done``'s error), rewritten by zico_contracts.oom.
-EVENT_KINDS = (
-    "worker_up",       # device registration: device, kind, host, index, name, uuid, total_bytes, pid, slots
-    "worker_down",     # clean shutdown of a worker: device
-    "job_started",     # job, device, placement, resumed_from (iteration), iterations, pid (the job's own process)
-    "job_progress",    # job, device, iteration, iterations, iterations_per_s (mean of this run so far),
-                       # values: {name: number|str|None}, the job's own figures (zico.log; a workload's loss)
-    "job_environment", # job, device, placement, state (preparing|ready|failed), progress (the installer's last
-                       # line), key, packages, build_s, cached: the build of the job's own environment (workers.jobenv)
-    "job_delay",       # job, device, placement, iteration, delays, delay_s, delay_max_s, gate_wait_s: a run's totals so far
-    "job_finished",    # job, device, status (succeeded|failed|cancelled), reason (<= REASON_MAX_CHARS), metrics;
-                       # metrics may carry compute_share: the run's measured share (zico_contracts.computeshare)
-    "profile_done",    # job, device, curve (DESIGN contract) or error
-    "telemetry_gap",   # device, start, end (unix s): Redis was unreachable from the worker
-    "oom_prevented",   # job, device, count, overruns, waited_s (Note [OOM prevented] in workers.oom_watch)
-)
+# Lifecycle messages on CONTROL_STREAM: their kinds and fields are zico_contracts.lifecycle's.
 
 # Estimates asked for through the API (Note [Estimates users ask for] in zico.scheduling.estimate_requests).
 ESTIMATE_REQUESTS = f"{PREFIX}:estimate:requests"

@@ -2,6 +2,7 @@
 cursor going on across the switch), output files uploaded by the worker with the job token and downloaded by
 members; other tenants get 404, bad tokens 401, the wrong job's token or a long-ended job 403."""
 import io
+import time
 from datetime import timedelta
 
 import pytest
@@ -75,7 +76,8 @@ def test_the_end_of_the_run_stores_the_log_and_the_cursor_goes_on(personas, clie
     joblog.append(r, job.pk, lines("three"))
     dev = keys.device_key("gpu", "node-a", 0)
     with django_capture_on_commit_callbacks(execute=True):  # the stream is deleted once the copy is committed
-        handle({"msg": "job_finished", "job": job.pk, "device": dev, "status": "failed", "reason": "exit status 1",
+        handle({"msg": "job_finished", "t": time.time(), "job": job.pk, "device": dev, "status": "failed",
+                "reason": "exit status 1",
                 "metrics": {}, "placement": job.active_placement().pk}, r)
     assert JobLog.objects.get(job=job).lines == 3 and not r.exists(joblog.log_stream_key(job.pk))
     after = c.get(f"/api/jobs/{job.pk}/logs/?after={first['cursor']}").json()

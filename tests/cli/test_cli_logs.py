@@ -2,6 +2,7 @@
 as they arrive, with the progress line, and `-f` ends when the job has ended with the job's exit status."""
 import io
 import json
+import time
 
 import pytest
 
@@ -35,8 +36,8 @@ def running(personas, server, rdb):
 
 
 def finish(job, rdb, status, reason="exit status 1"):
-    handle({"msg": "job_finished", "job": job.pk, "device": keys.device_key("gpu", "node-c", 0), "status": status,
-            "reason": reason if status == "failed" else "", "metrics": {},
+    handle({"msg": "job_finished", "t": time.time(), "job": job.pk, "device": keys.device_key("gpu", "node-c", 0),
+            "status": status, "reason": reason if status == "failed" else "", "metrics": {},
             "placement": job.active_placement().pk}, rdb)
 
 

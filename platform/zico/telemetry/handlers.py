@@ -24,6 +24,7 @@ from zico.jobs.shares import store_measured_share
 from zico.jobs import lifecycle
 from zico.jobs.transitions import TERMINAL, JobStatus as S
 from zico_contracts import computeshare, keys
+from zico_contracts.lifecycle import validate as validate_message
 from zico_contracts.oom import readable_reason
 
 from .downsample import Point
@@ -373,8 +374,9 @@ HANDLERS = {
 
 
 def handle(msg: dict[str, Any], r) -> None:
-    """Dispatch one lifecycle message. Raises KeyError/ValueError on a malformed one."""
-    HANDLERS[msg["msg"]](msg, r)
+    """Dispatch one lifecycle message, checked against its contract first (zico_contracts.lifecycle). Raises
+    LifecycleError (a ValueError naming the field) on a malformed one, ValueError on figures a handler refuses."""
+    HANDLERS[validate_message(msg)["msg"]](msg, r)
 
 
 # -- timeline ----------------------------------------------------------------------------------
