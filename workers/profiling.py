@@ -102,8 +102,7 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
     ``warmup + steady`` iterations, through the user-script path (Note [Catalog jobs run as scripts] in
     workers.runner; the trace as Note [A script's profile is the start of its run] there); returns the agent's
     outcome, with ``curve`` when it succeeded and the trace held a usable iteration."""
-    import shutil
-
+    from . import jobdisk
     from .agent import JobRun
     from .runner import catalog_script_spec, profiled_curve
 
@@ -124,8 +123,8 @@ def _catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any]) ->
     except (OSError, RuntimeError) as exc:
         result = {"status": "failed", "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}
     finally:
-        if dirs is not None:
-            shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        if dirs is not None:  # Note [A job's disk] in workers.agent.diskwatch: it may be a file system of its own
+            jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))
     return result
 
 

@@ -31,6 +31,7 @@ from zico_contracts import joblog
 from zico_contracts.codearchive import ArchiveError, ArchiveLimits, extract_archive
 from zico_contracts.codejob import CodeSpec, auth_header
 
+from . import jobdisk
 from .joblines import neutral_paths
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,9 @@ class JobDirs:
     scratch_dir: Path
 
 
-def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
-    """Fetch and unpack ``code`` (once per content hash) and make the run's directories. Raises CodeFetchError."""
+def prepare(code: CodeSpec, job_id: int, var_dir: Path, disks=None) -> JobDirs:
+    """Fetch and unpack ``code`` (once per content hash) and make the run's directories, on the file system of its
+    own that ``disks`` (workers.jobdisk.JobDisks; None: plain directories) gives it. Raises CodeFetchError."""
     import requests
 
     code_dir = Path(var_dir) / "code" / code.code_sha256
@@ -107,7 +109,10 @@ def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
         finally:
             archive.unlink(missing_ok=True)
     run_dir = Path(var_dir) / "jobs" / str(job_id)
-    shutil.rmtree(run_dir, ignore_errors=True)  # a requeued run starts clean
+    try:  # a requeued run starts clean; Note [A job's disk] in workers.agent.diskwatch
+        jobdisk.make_run_dir(run_dir, disks)
+    except OSError as exc:
+        raise CodeFetchError(f"the job's directories could not be made: {exc}") from None
     dirs = JobDirs(code_dir, run_dir / "output", run_dir / "scratch")
     for d in (dirs.output_dir, dirs.scratch_dir):
         d.mkdir(parents=True)
@@ -232,7 +237,8 @@ def skipped_lines(uploaded: dict[str, Any]) -> list[str]:
     return [head, *(f"  {why}" for why in shown)]
 
 
-def cleanup(dirs: JobDirs) -> None:
-    """Remove the run's output and scratch directories (the code stays cached under its hash)."""
-    shutil.rmtree(dirs.output_dir.parent, ignore_errors=True)
+def cleanup(dirs: JobDirs, disks=None) -> None:
+    """Remove the run's output and scratch directories (the code stays cached under its hash), and unmount the
+    file system ``disks`` (workers.jobdisk.JobDisks) gave them. Never raises."""
+    jobdisk.remove_run_dir(dirs.output_dir.parent, disks)
 
