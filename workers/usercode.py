@@ -7,7 +7,8 @@ The contract is :mod:`zico_contracts.codejob` (the run spec's code fields, the j
 * :func:`prepare` downloads the archive once per content hash (``<var>/code/<sha256>/``, checked against
   ``code_sha256`` and ``code_size_bytes``), unpacks it with the same checks the web side made at upload
   (:func:`zico_contracts.codearchive.extract_archive`), and makes the run's private ``output`` and
-  ``scratch`` directories (``<var>/jobs/<id>/``). Raises :class:`CodeFetchError` naming what failed.
+  ``scratch`` directories (``<var>/jobs/<id>/``, :func:`run_dirs`: a file system of their own where the worker
+  has the disk quota, workers.jobdisk). Raises :class:`CodeFetchError` naming what failed.
 * :class:`LogRelay` buffers the job's output lines and writes them to the job's log stream every
   ``FLUSH_S`` seconds (one pipeline per flush; a Redis outage drops lines and says so in a ``system`` line);
   it holds at most ``PENDING_MAX_LINES`` lines (Note [A job's output is bounded]).
@@ -108,16 +109,22 @@ def prepare(code: CodeSpec, job_id: int, var_dir: Path, disks=None) -> JobDirs:
             raise
         finally:
             archive.unlink(missing_ok=True)
+    return run_dirs(code_dir, job_id, var_dir, disks)
+
+
+def run_dirs(code_dir: Path, job_id: int, var_dir: Path, disks=None) -> JobDirs:
+    """The run's fresh ``output`` and ``scratch`` directories in ``<var>/jobs/<id>/``, a file system of its own
+    where ``disks`` (workers.jobdisk.JobDisks) has the quota (Note [A job's disk] in workers.agent.diskwatch); what
+    an earlier run of the job left there is removed (a requeued run starts clean). Raises CodeFetchError."""
     run_dir = Path(var_dir) / "jobs" / str(job_id)
-    try:  # a requeued run starts clean; Note [A job's disk] in workers.agent.diskwatch
+    try:
         jobdisk.make_run_dir(run_dir, disks)
     except OSError as exc:
         raise CodeFetchError(f"the job's directories could not be made: {exc}") from None
-    dirs = JobDirs(code_dir, run_dir / "output", run_dir / "scratch")
+    dirs = JobDirs(Path(code_dir), run_dir / "output", run_dir / "scratch")
     for d in (dirs.output_dir, dirs.scratch_dir):
         d.mkdir(parents=True)
         os.chmod(d, 0o777)  # the sandbox's unprivileged uid writes here; nobody else sees run_dir's siblings
-    os.chmod(run_dir, 0o711)
     return dirs
 
 
