@@ -23,8 +23,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-QUOTA, WATCH = "quota", "watch"
-METRIC = "job_disk"  # the key in the worker's heartbeat: {"bound", "bytes", "why"}
+from zico_contracts.jobdisk import QUOTA, WATCH
 # no journal, no room kept for root or for growth, inode tables zeroed lazily: mkfs writes ~100 KiB whatever the size
 MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", "-i", "16384", "-O", "^has_journal,^resize_inode",
         "-E", "lazy_itable_init=1,nodiscard")
@@ -157,7 +156,8 @@ class JobDisks:
         return ""
 
     def describe(self) -> dict[str, Any]:
-        """The heartbeat's ``job_disk``: ``{"bound": "quota"|"watch", "bytes": disk_bytes, "why": ...}``."""
+        """The heartbeat's ``job_disk`` (zico_contracts.jobdisk): ``{"bound": "quota"|"watch", "bytes": disk_bytes,
+        "why": ...}`` (``why`` only with the watch)."""
         return {"bound": self.bound, "bytes": self.disk_bytes, **({"why": self.why} if self.why else {})}
 
     # -- one run directory ---------------------------------------------------------------------------

@@ -17,9 +17,8 @@ import threading
 import time
 from typing import Any
 
-from zico_contracts import cpushare, keys
+from zico_contracts import cpushare, jobdisk, keys
 
-from . import jobdisk
 from .device import DeviceRuntime
 from .nvml import gpu_used_bytes, gpu_utilization, process_rss_bytes
 from .oom_watch import OomWatch
