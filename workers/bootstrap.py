@@ -123,13 +123,16 @@ def start_device(config) -> None:
 def job_disks(config, settings):
     """``(settings with the job disk limit fitted to this host, the workers.jobdisk.JobDisks of this worker)``:
     decided once here and logged (Note [A job's disk] in workers.agent.diskwatch)."""
+    from zico_contracts.oom import format_bytes
+
     from .jobdisk import QUOTA, JobDisks
 
     jobs_dir = Path(config.var_dir or config.checkpoint_dir.parent) / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     settings, why = settings.fit_disk(shutil.disk_usage(jobs_dir).free, config.slots)
     disks = JobDisks.for_worker(jobs_dir.parent, config.device, settings.disk_bytes)
-    log.info("a job's disk limit on %s: %d bytes (%s)", config.device, settings.disk_bytes, why)
+    log.info("a job's disk limit on %s: %s, %d bytes (%s)", config.device, format_bytes(settings.disk_bytes),
+             settings.disk_bytes, why)
     if disks.bound == QUOTA:
         log.info("each job's directories on %s are a file system of that size of their own (a quota: mkfs, "
                  "mount and unmount took %.0f ms at start)", config.device, disks.start_ms)

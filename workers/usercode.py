@@ -119,8 +119,9 @@ def run_dirs(code_dir: Path, job_id: int, var_dir: Path, disks=None) -> JobDirs:
     run_dir = Path(var_dir) / "jobs" / str(job_id)
     try:
         jobdisk.make_run_dir(run_dir, disks)
-    except OSError as exc:
-        raise CodeFetchError(f"the job's directories could not be made: {exc}") from None
+    except OSError as exc:  # the tenant reads the reason: the host's paths stay in the worker's log
+        log.error("job %s: its directories could not be made: %s", job_id, exc)
+        raise CodeFetchError("the job's directories could not be made on the worker (its log says why)") from None
     dirs = JobDirs(Path(code_dir), run_dir / "output", run_dir / "scratch")
     for d in (dirs.output_dir, dirs.scratch_dir):
         d.mkdir(parents=True)
