@@ -9,11 +9,11 @@ first iterations, or slice time: tools.bench.experiment_modes), and nothing here
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from placement.curves import MemoryCurve, curve_from_dict
+from workers import jobdisk
 from workers.agent import JobRun
 from workers.device import DeviceRuntime, WorkerConfig
 from workers.nvml import DeviceInfo
@@ -68,4 +68,4 @@ def run(rt: DeviceRuntime, job_id: int, key: str, params: dict[str, Any], curve:
     try:
         return rt.agent.run(JobRun(job_id, spec, curve=curve, on_message=on_message, **job_run))
     finally:
-        shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))

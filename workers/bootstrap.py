@@ -22,9 +22,11 @@ import argparse
 import faulthandler
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 
 log = logging.getLogger("workers.bootstrap")
 
@@ -102,10 +104,12 @@ def start_device(config) -> None:
     budget = min(config.budget_bytes or info.total_bytes, info.total_bytes)
     headroom = DEFAULT_GATE_HEADROOM if config.gate_headroom is None else config.gate_headroom
     coordinator = Coordinator(gate_share(headroom) * budget)  # the row's headroom follows (Reporter.tick)
-    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, AgentSettings.from_env(),
+    settings, disks = job_disks(config, AgentSettings.from_env())
+    agent = DeviceAgent(config.torch_device, info.total_bytes, budget, coordinator, settings,
                         slots=config.slots)  # a CPU device's cores divided among its slots (zico_contracts.cpushare)
     link = Link(config.redis_url, config.device)
     rt = DeviceRuntime(config, info, agent, link)
+    rt.disks = disks
     rt.budget_bytes = budget
     set_runtime(rt)
     link.emit("worker_up", started_at=time.time(), **rt.registration())
@@ -114,6 +118,28 @@ def start_device(config) -> None:
     _reporter.start()
     log.info("device worker %s ready: %s, %d bytes total, budget %d, %d slot(s), pid %d", config.device,
              info.name, info.total_bytes, budget, config.slots, rt.pid)
+
+
+def job_disks(config, settings):
+    """``(settings with the job disk limit fitted to this host, the workers.jobdisk.JobDisks of this worker)``:
+    decided once here and logged (Note [A job's disk] in workers.agent.diskwatch)."""
+    from zico_contracts.oom import format_bytes
+
+    from .jobdisk import QUOTA, JobDisks
+
+    jobs_dir = Path(config.var_dir or config.checkpoint_dir.parent) / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    settings, why = settings.fit_disk(shutil.disk_usage(jobs_dir).free, config.slots)
+    disks = JobDisks.for_worker(jobs_dir.parent, config.device, settings.disk_bytes)
+    log.info("a job's disk limit on %s: %s, %d bytes (%s)", config.device, format_bytes(settings.disk_bytes),
+             settings.disk_bytes, why)
+    if disks.bound == QUOTA:
+        log.info("each job's directories on %s are a file system of that size of their own (a quota: mkfs, "
+                 "mount and unmount took %.0f ms at start)", config.device, disks.start_ms)
+    else:
+        log.warning("no disk quota per job on %s: %s; the disk watch alone bounds a job's directories "
+                    "(a fast writer passes the limit by what it writes in a second)", config.device, disks.why)
+    return settings, disks
 
 
 def check_allocator_knobs() -> None:

@@ -80,6 +80,18 @@ class DeviceRuntime:
         self.pid = os.getpid()
         self.budget_bytes = config.budget_bytes or info.total_bytes
         self.gate_headroom = DEFAULT_GATE_HEADROOM if config.gate_headroom is None else config.gate_headroom
+        self.disks = None  # workers.jobdisk.JobDisks, set at worker start; None: plain run directories
+
+    def job_disks(self):
+        """How this worker makes its jobs' run directories (workers.jobdisk.JobDisks): the one decided at worker
+        start, else plain directories under the watch."""
+        if self.disks is None:
+            from .jobdisk import JobDisks
+
+            var = Path(self.config.var_dir or self.config.checkpoint_dir.parent)
+            disk_bytes = self.agent.settings.job_disk_bytes if self.agent is not None else 0
+            self.disks = JobDisks(var / "jobs", var / "jobdisks", disk_bytes)
+        return self.disks
 
     @property
     def device(self) -> str:

@@ -106,8 +106,7 @@ def catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any],
     outcome, with ``curve`` (a dict) when it succeeded and the trace held a usable iteration. ``stop_check()``:
     a reason to stop the run ("cancelled"), or None. The device worker's ``profile_job`` and the tools
     (tools.jobpath) profile through here. Never raises for the job's failures (``status`` and ``reason``)."""
-    import shutil
-
+    from . import jobdisk
     from .agent import JobRun
     from .profiletrace import profiled_curve
     from .runner import catalog_script_spec
@@ -129,8 +128,8 @@ def catalog_profile(rt: DeviceRuntime, spec, profile_fields: dict[str, Any],
     except (OSError, RuntimeError) as exc:
         result = {"status": "failed", "reason": f"could not start the profile run: {type(exc).__name__}: {exc}"}
     finally:
-        if dirs is not None:
-            shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        if dirs is not None:  # Note [A job's disk] in workers.agent.diskwatch: it may be a file system of its own
+            jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))
     return result
 
 

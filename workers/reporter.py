@@ -5,9 +5,10 @@ them (the job's ``stats`` messages, 5 Hz) and the pool's (the agent pool's held 
 memory (NVML ``memory.used`` for a GPU, the resident memory of the worker and its job processes for the CPU
 pool; on a GPU it also hands NVML ``utilization.gpu`` to the agent's compute meter), and publishes one sample
 per job and one device sample (``job: None``) through
-:class:`workers.link.Link`. Every ``HEARTBEAT_INTERVAL_S`` it refreshes the heartbeat, applies a budget the
-web side asked for, reports the OOMs the budget rule prevented (Note [OOM prevented] in workers.oom_watch),
-and flushes queued lifecycle messages. It never raises: telemetry must not stop training.
+:class:`workers.link.Link`. Every ``HEARTBEAT_INTERVAL_S`` it refreshes the heartbeat (which also says how a
+job's disk is bounded here: ``job_disk``, workers.jobdisk), applies a budget the web side asked for, reports the
+OOMs the budget rule prevented (Note [OOM prevented] in workers.oom_watch), and flushes queued lifecycle
+messages. It never raises: telemetry must not stop training.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from zico_contracts import cpushare, keys
+from zico_contracts import cpushare, jobdisk, keys
 
 from .device import DeviceRuntime
 from .nvml import gpu_used_bytes, gpu_utilization, process_rss_bytes
@@ -89,9 +90,11 @@ class Reporter(threading.Thread):
             for report in self.oom_watch.check(rt.agent.pool.counters(), [r.job_id for r in rt.jobs()]):
                 rt.link.emit("oom_prevented", **report)  # Note [OOM prevented]
             slots = getattr(rt.agent, "cpu_slots", None)  # a CPU device's share per job (zico_contracts.cpushare)
+            disks = getattr(rt, "disks", None)  # which bound a job's disk has here (workers.jobdisk)
             rt.link.heartbeat({"pid": rt.pid, "jobs": [j.job_id for j in rt.jobs()], "slots": rt.config.slots,
                                "budget_bytes": rt.budget_bytes, "total_bytes": rt.info.total_bytes,
-                               **({cpushare.METRIC: slots.per_job()} if slots is not None else {})})
+                               **({cpushare.METRIC: slots.per_job()} if slots is not None else {}),
+                               **({jobdisk.METRIC: disks.describe()} if disks is not None else {})})
             wanted = rt.link.budget_request()
             if wanted is not None and wanted != rt.budget_bytes:
                 if 0 < wanted <= rt.info.total_bytes:

@@ -74,7 +74,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -85,6 +84,7 @@ from typing import Any
 from zico_contracts import jobmetrics, userjob, walltime
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
+from . import jobdisk
 from .agent.sandbox import CATALOG_PROJECT  # the built-in project a catalog job runs
 from .job import checkpoints
 from .device import DeviceRuntime
@@ -207,7 +207,8 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
     dirs, job_env = None, None
     try:
         if spec.code is not None:  # a command job: its code, fetched and unpacked here (workers.usercode)
-            dirs = usercode.prepare(spec.code, job_id, rt.config.var_dir or rt.config.checkpoint_dir.parent)
+            dirs = usercode.prepare(spec.code, job_id, rt.config.var_dir or rt.config.checkpoint_dir.parent,
+                                    jobdisk.of_runtime(rt))
             proc_spec = usercode.script_spec(spec.code, dirs, rt.torch_device, rt.config.data_dir)
             job_env = prepare_environment(link, spec, dirs, output)  # Note [A job's own environment]
             if job_env is not None:
@@ -243,6 +244,8 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
         output.close()
         if job_env is not None:
             job_env.release()
+        if dirs is not None:  # its file system unmounted (Note [A job's disk] in workers.agent.diskwatch)
+            jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))
         raise
     # the tenant reads the reason: no host path in it (Note [Host paths in what a tenant sees] in workers.joblines)
     result["reason"] = neutral_paths(result.get("reason") or "")
@@ -255,9 +258,9 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
         metrics.update(uploaded)
         for line in usercode.skipped_lines(uploaded):  # what was not kept, where the user reads the run
             output.line("system", line)
-        usercode.cleanup(dirs)
+        usercode.cleanup(dirs, jobdisk.of_runtime(rt))
     elif dirs is not None:  # a catalog job: its output directory is its checkpoint's, kept for a resume
-        shutil.rmtree(dirs.scratch_dir.parent, ignore_errors=True)
+        jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))
         if isinstance(metrics.get("checkpoint_last_failure"), str):  # the host's path, not the sandbox's
             metrics["checkpoint_last_failure"] = metrics["checkpoint_last_failure"].replace(
                 userjob.SANDBOX_DIRS["output_dir"] + "/", f"{dirs.output_dir}/")
@@ -333,7 +336,8 @@ def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any
     """``(dirs, the job process's spec)`` of a catalog job run as a user script is (Note [Catalog jobs run as
     scripts]): code ``workers/job/catalog_project``, command ``python train.py --workload ... --params JSON ...``,
     output directory the job's checkpoint directory (``<checkpoint dir>/job-<id>``, kept after the run), scratch
-    ``<var>/jobs/<id>/scratch`` (the caller removes ``dirs.scratch_dir.parent`` after the run). The built-in
+    ``<var>/jobs/<id>/scratch`` (the caller removes ``dirs.scratch_dir.parent`` after the run, with
+    ``workers.jobdisk.remove_run_dir``: it may be a file system of its own). The built-in
     corpus is written to the data directory here, since the job sees it read-only.
 
     ``profile`` (``warmup``, ``steady``, ``time_limit_s``): a profile run (workers.profiling) instead, of
@@ -352,11 +356,11 @@ def catalog_script_spec(rt: DeviceRuntime, spec: RunSpec, profile: dict[str, Any
         ensure_corpus(data_dir)
     run_dir = Path(rt.config.var_dir or rt.config.checkpoint_dir.parent) / "jobs" / (
         f"profile-{spec.job}" if profile else str(spec.job))
-    shutil.rmtree(run_dir, ignore_errors=True)  # a requeued run starts clean (its checkpoint is elsewhere)
+    # a requeued run starts clean (its checkpoint is elsewhere); Note [A job's disk] in workers.agent.diskwatch
+    jobdisk.make_run_dir(run_dir, jobdisk.of_runtime(rt))
     output = run_dir / "output" if profile else checkpoints.checkpoint_path(rt.config.checkpoint_dir, spec.job).parent
     dirs = JobDirs(CATALOG_PROJECT, output, run_dir / "scratch")
     dirs.scratch_dir.mkdir(parents=True)
-    os.chmod(run_dir, 0o711)
     run_params = {**spec.params, "iterations": profile["warmup"] + profile["steady"]} if profile else spec.params
     argv = ["python", CATALOG_SCRIPT, "--workload", spec.workload, "--params", json.dumps(run_params)]
     if rt.config.checkpoint_every_s and not profile:

@@ -7,7 +7,8 @@ The contract is :mod:`zico_contracts.codejob` (the run spec's code fields, the j
 * :func:`prepare` downloads the archive once per content hash (``<var>/code/<sha256>/``, checked against
   ``code_sha256`` and ``code_size_bytes``), unpacks it with the same checks the web side made at upload
   (:func:`zico_contracts.codearchive.extract_archive`), and makes the run's private ``output`` and
-  ``scratch`` directories (``<var>/jobs/<id>/``). Raises :class:`CodeFetchError` naming what failed.
+  ``scratch`` directories (``<var>/jobs/<id>/``, :func:`run_dirs`: a file system of their own where the worker
+  has the disk quota, workers.jobdisk). Raises :class:`CodeFetchError` naming what failed.
 * :class:`LogRelay` buffers the job's output lines and writes them to the job's log stream every
   ``FLUSH_S`` seconds (one pipeline per flush; a Redis outage drops lines and says so in a ``system`` line);
   it holds at most ``PENDING_MAX_LINES`` lines (Note [A job's output is bounded]).
@@ -31,6 +32,7 @@ from zico_contracts import joblog
 from zico_contracts.codearchive import ArchiveError, ArchiveLimits, extract_archive
 from zico_contracts.codejob import CodeSpec, auth_header
 
+from . import jobdisk
 from .joblines import neutral_paths
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,9 @@ class JobDirs:
     scratch_dir: Path
 
 
-def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
-    """Fetch and unpack ``code`` (once per content hash) and make the run's directories. Raises CodeFetchError."""
+def prepare(code: CodeSpec, job_id: int, var_dir: Path, disks=None) -> JobDirs:
+    """Fetch and unpack ``code`` (once per content hash) and make the run's directories, on the file system of its
+    own that ``disks`` (workers.jobdisk.JobDisks; None: plain directories) gives it. Raises CodeFetchError."""
     import requests
 
     code_dir = Path(var_dir) / "code" / code.code_sha256
@@ -106,13 +109,23 @@ def prepare(code: CodeSpec, job_id: int, var_dir: Path) -> JobDirs:
             raise
         finally:
             archive.unlink(missing_ok=True)
+    return run_dirs(code_dir, job_id, var_dir, disks)
+
+
+def run_dirs(code_dir: Path, job_id: int, var_dir: Path, disks=None) -> JobDirs:
+    """The run's fresh ``output`` and ``scratch`` directories in ``<var>/jobs/<id>/``, a file system of its own
+    where ``disks`` (workers.jobdisk.JobDisks) has the quota (Note [A job's disk] in workers.agent.diskwatch); what
+    an earlier run of the job left there is removed (a requeued run starts clean). Raises CodeFetchError."""
     run_dir = Path(var_dir) / "jobs" / str(job_id)
-    shutil.rmtree(run_dir, ignore_errors=True)  # a requeued run starts clean
-    dirs = JobDirs(code_dir, run_dir / "output", run_dir / "scratch")
+    try:
+        jobdisk.make_run_dir(run_dir, disks)
+    except OSError as exc:  # the tenant reads the reason: the host's paths stay in the worker's log
+        log.error("job %s: its directories could not be made: %s", job_id, exc)
+        raise CodeFetchError("the job's directories could not be made on the worker (its log says why)") from None
+    dirs = JobDirs(Path(code_dir), run_dir / "output", run_dir / "scratch")
     for d in (dirs.output_dir, dirs.scratch_dir):
         d.mkdir(parents=True)
         os.chmod(d, 0o777)  # the sandbox's unprivileged uid writes here; nobody else sees run_dir's siblings
-    os.chmod(run_dir, 0o711)
     return dirs
 
 
@@ -232,7 +245,8 @@ def skipped_lines(uploaded: dict[str, Any]) -> list[str]:
     return [head, *(f"  {why}" for why in shown)]
 
 
-def cleanup(dirs: JobDirs) -> None:
-    """Remove the run's output and scratch directories (the code stays cached under its hash)."""
-    shutil.rmtree(dirs.output_dir.parent, ignore_errors=True)
+def cleanup(dirs: JobDirs, disks=None) -> None:
+    """Remove the run's output and scratch directories (the code stays cached under its hash), and unmount the
+    file system ``disks`` (workers.jobdisk.JobDisks) gave them. Never raises."""
+    jobdisk.remove_run_dir(dirs.output_dir.parent, disks)
 

@@ -9,12 +9,14 @@ worker started the documented way. The scripts (tests/workers/user_scripts/) kno
 one that uses ``import zico``.
 """
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import zico
+from workers.jobdisk import mounts_under
 
 from zico.jobs.models import Job, MemoryProfile
 from zico.telemetry.models import MetricPoint
@@ -100,3 +102,8 @@ def test_plain_scripts_submitted_with_zico_are_profiled_run_and_followed(stack, 
             in status.stdout), status.stdout
     # the log's closing line has the headline and the exit, not the stderr lines again
     assert "job failed: ValueError: batch 2 has the wrong shape (raises.py, line 12); exited with code 1\n" in follow.stderr
+    # each job's directories were a file system of their own where the host allows, gone with the job (Note [A
+    # job's disk] in workers/agent/diskwatch.py)
+    assert mounts_under(tmp_path / "var") == []
+    if os.geteuid() == 0 and os.path.exists("/dev/loop-control"):
+        assert "are a file system of that size of their own (a quota" in stack.log("worker.log")

@@ -42,3 +42,26 @@ def test_the_device_page_shows_each_jobs_share_from_the_heartbeat(client_for, pe
         assert ">1 of 2 cores and 1 thread per job (2 slots)</span>" in page()
     finally:
         rdb.delete(key)
+
+
+def test_the_device_page_shows_how_its_worker_bounds_a_jobs_disk(client_for, personas, rdb):
+    # Note [A job's disk] in workers/agent/diskwatch.py: the worker's heartbeat says quota or watch, and why
+    from zico_contracts import jobdisk
+
+    personas.owner.is_staff = True
+    personas.owner.save()
+    device = Device.objects.create(node=Node.objects.create(host="disk-host"), index=0, kind="cpu", name="CPU pool",
+                                   total_bytes=1 << 30, budget_bytes=1 << 30)
+    key = keys.heartbeat_key(keys.device_key("cpu", "disk-host", 0))
+    page = lambda: unescape(client_for(personas.owner).get(f"/devices/{device.pk}/").content.decode())  # noqa: E731
+    rdb.delete(key)
+    try:
+        assert "device-job-disk" not in page()
+        rdb.set(key, json.dumps({"pid": 1, jobdisk.METRIC: {"bound": "quota", "bytes": 8 << 30}}))
+        assert ">8.00 GiB of disk per job (a file system of its own)</span>" in page()
+        rdb.set(key, json.dumps({"pid": 1, jobdisk.METRIC: {"bound": "watch", "bytes": 1 << 30, "why": (
+            "this host has no loop devices (/dev/loop-control is missing)")}}))
+        assert (">1.00 GiB of disk per job (watched: no quota, because this host has no loop devices "
+                "(/dev/loop-control is missing))</span>") in page()
+    finally:
+        rdb.delete(key)

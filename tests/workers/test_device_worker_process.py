@@ -103,6 +103,10 @@ def test_it_registers_its_device_and_heartbeats(worker, server):
     beat1 = r.get(keys.heartbeat_key(DEV))
     time.sleep(1.5)
     assert r.get(keys.heartbeat_key(DEV)) != beat1 and r.ttl(keys.heartbeat_key(DEV)) > 0
+    # the bound of a job's disk, decided at start (Note [A job's disk] in workers/agent/diskwatch.py)
+    disk = json.loads(r.get(keys.heartbeat_key(DEV)))["job_disk"]
+    quota = os.geteuid() == 0 and os.path.exists("/dev/loop-control")
+    assert disk["bound"] == ("quota" if quota else "watch") and 1 << 20 <= disk["bytes"] <= 64 << 30, disk
 
 
 def test_two_real_jobs_share_the_device_and_report_memory_at_four_hertz_or_more(worker, client, server):

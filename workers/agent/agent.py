@@ -368,7 +368,7 @@ class DeviceAgent:
         """Note [A job's disk] in workers.agent.diskwatch: stop ``run`` when its writable directories hold more
         than ``AgentSettings.disk_bytes``. Returns the seconds the measurement took."""
         t0 = time.monotonic()
-        limit = self.settings.disk_bytes
+        limit = self.settings.job_disk_bytes
         used = diskwatch.used_bytes(roots, stop_above=limit)
         run.peak_disk = max(run.peak_disk, used)
         if used > limit and run.killed_reason is None:

@@ -4,7 +4,7 @@ Malformed values raise ValueError naming the variable (the worker refuses to sta
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zico_contracts.userjob import LIMITS
 
@@ -22,7 +22,7 @@ def _env_float(name: str, default: float) -> float:
     return value
 
 
-def _env_int(name: str, default: int, minimum: int) -> int:
+def _env_int(name: str, default: int | None, minimum: int) -> int | None:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -36,6 +36,11 @@ def _env_int(name: str, default: int, minimum: int) -> int:
 
 # the smallest value each sandbox limit's knob accepts (zico_contracts.userjob.LIMITS: the knobs' names)
 LIMIT_MINIMUMS = {"cpu_s": 1, "nofile": 64, "nproc": 16, "fsize_bytes": 1 << 20}
+# ZICO_JOB_DISK_BYTES unset: min(DISK_BYTES_MAX, DISK_FREE_SHARE of the free space under the worker's jobs
+# directory at its start / its slots) (AgentSettings.fit_disk)
+DISK_BYTES_MAX = 64 << 30
+DISK_BYTES_MIN = 1 << 20
+DISK_FREE_SHARE = 0.5
 UID_LIMIT = 2**32 - 1  # (uid_t)-1 means "unchanged" to setresuid; every job uid stays below it
 
 
@@ -83,10 +88,12 @@ class AgentSettings:
             stopped it (the memory watch now counts the job's processes too).
         fsize_bytes: the largest file the job may write (``ZICO_JOB_FSIZE_BYTES``, default 64 GiB;
             ``RLIMIT_FSIZE``: SIGXFSZ).
-        disk_bytes: what a job's output and scratch directories may hold together, ``/tmp``
-            included, before the job is stopped (``ZICO_JOB_DISK_BYTES``, default 64 GiB; at least 1 MiB):
-            measured every ``disk_interval_s`` (1 s) while it runs (Note [A job's disk] in
-            workers.agent.diskwatch: a watch, so a fast writer may pass it by what it writes in an interval).
+        disk_bytes: what a job's output and scratch directories may hold together, ``/tmp`` included
+            (``ZICO_JOB_DISK_BYTES``, at least 1 MiB; unset, None: the worker fits it to its host at start,
+            :meth:`fit_disk`, and an agent started outside a worker takes ``DISK_BYTES_MAX``). Where the host
+            allows, each job's directories are a file system of this size (workers.jobdisk: a write past it
+            fails with ENOSPC); in any case they are measured every ``disk_interval_s`` (1 s) while the job
+            runs and the job stopped once they hold more (Note [A job's disk] in workers.agent.diskwatch).
     """
 
     hang_timeout_s: float = 600.0
@@ -105,13 +112,32 @@ class AgentSettings:
     nofile: int = 4096
     nproc: int = 1024
     fsize_bytes: int = 64 << 30
-    disk_bytes: int = 64 << 30
+    disk_bytes: int | None = None
     disk_interval_s: float = 1.0
 
     def __post_init__(self):
         if self.uid_base < 1 or self.uid_count < 1 or self.uid_base + self.uid_count > UID_LIMIT:
             raise ValueError(f"ZICO_JOB_UID_BASE / ZICO_JOB_UID_COUNT: job uids {self.uid_base}.."
                              f"{self.uid_base + self.uid_count - 1} must lie within 1..{UID_LIMIT - 1}")
+
+    @property
+    def job_disk_bytes(self) -> int:
+        """A job's disk limit (bytes): ``disk_bytes``, or ``DISK_BYTES_MAX`` where nothing fitted it."""
+        return DISK_BYTES_MAX if self.disk_bytes is None else self.disk_bytes
+
+    def fit_disk(self, free_bytes: int, slots: int) -> tuple["AgentSettings", str]:
+        """``(these settings with disk_bytes set, why that figure)``: an explicit ``ZICO_JOB_DISK_BYTES`` as it
+        is; unset, the smaller of ``DISK_BYTES_MAX`` and ``DISK_FREE_SHARE`` of ``free_bytes`` (the free space
+        of the file system holding the worker's jobs directory) divided among ``slots`` jobs, at least
+        ``DISK_BYTES_MIN``."""
+        if self.disk_bytes is not None:
+            return self, "ZICO_JOB_DISK_BYTES"
+        share = int(free_bytes * DISK_FREE_SHARE) // max(1, slots)
+        fitted = max(DISK_BYTES_MIN, min(DISK_BYTES_MAX, share))
+        why = (f"ZICO_JOB_DISK_BYTES unset: the smaller of {DISK_BYTES_MAX >> 30} GiB and "
+               f"{DISK_FREE_SHARE:g} of the {free_bytes >> 20} MiB free for the jobs directory over "
+               f"{slots} slot{'s' if slots != 1 else ''}")
+        return replace(self, disk_bytes=fitted), why
 
     def limits(self) -> dict[str, int]:
         """The sandbox's limits by name (``zico_contracts.userjob.LIMITS``): ``{"cpu_s": 2592000, ...}``."""
@@ -132,7 +158,7 @@ class AgentSettings:
                 "bwrap": os.environ.get("ZICO_JOB_BWRAP") or cls.bwrap,
                 "uid_base": _env_int("ZICO_JOB_UID_BASE", cls.uid_base, 1),
                 "uid_count": _env_int("ZICO_JOB_UID_COUNT", cls.uid_count, 1),
-                "disk_bytes": _env_int("ZICO_JOB_DISK_BYTES", cls.disk_bytes, 1 << 20),
+                "disk_bytes": _env_int("ZICO_JOB_DISK_BYTES", None, DISK_BYTES_MIN),
                 **{name: _env_int(LIMITS[name].knob, getattr(cls, name), minimum)
                    for name, minimum in LIMIT_MINIMUMS.items()}}
         return cls(**{**base, **overrides})

@@ -13,7 +13,7 @@ from django.utils import timezone
 from zico.cluster.models import Device, Placement
 from zico.telemetry.models import TimelinePoint
 
-from zico_contracts import cpushare, keys
+from zico_contracts import cpushare, jobdisk, keys
 
 from . import access, live
 from .timelines import DEFAULT_WINDOW_S, WINDOWS_S
@@ -75,6 +75,16 @@ def cpu_share(device) -> str:
             f"({slots} slots)")
 
 
+def job_disk(device) -> str:
+    """How the device's worker bounds a job's disk, from its heartbeat (zico_contracts.jobdisk): "64.00 GiB of disk
+    per job (a file system of its own)"; "" for a worker that sends none, or Redis unreachable."""
+    try:
+        beat = json.loads(live.client().get(keys.heartbeat_key(device.key)) or "{}")
+    except (redis.RedisError, ValueError, TypeError):
+        return ""
+    return jobdisk.describe(beat.get(jobdisk.METRIC)) if isinstance(beat, dict) else ""
+
+
 @login_required
 def device_timeline(request, pk: int):
     """Stacked per-job memory of one device, its budget line and events; live, with a time-range selector."""
@@ -82,4 +92,5 @@ def device_timeline(request, pk: int):
     return render(request, "web/device_timeline.html", {
         "device": device, "key": device.key, "windows": WINDOWS_S, "window": DEFAULT_WINDOW_S,
         "all_jobs": request.user.is_staff, "cpu_share": cpu_share(device),
+        "job_disk": job_disk(device),
     })
