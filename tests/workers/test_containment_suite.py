@@ -16,13 +16,16 @@ by scenario") and writes it under pytest's temporary directory:
 
 Note [Containment rows]
     A row asserts the correct behaviour even where it does not hold today: such a scenario is marked
-    ``xfail(strict=True)`` with what breaks and its figures, and its row is printed before any assertion, so the
-    table shows what happened either way. What is asserted: the hostile job's outcome and a reason naming the
+    ``xfail(strict=True)`` with what breaks and its figures (``BROKEN``), and its row is printed before any
+    assertion, so the table shows what happened either way. One finding's figure lies on both sides of its
+    bound from run to run (``NOISY``): its xfail is not strict, since a strict one would fail the suite at random. What is asserted: the hostile job's outcome and a reason naming the
     limit that stopped it; the device's pool never held more than its budget (the agent pool's
     ``peak_held_bytes``; no deadlock grant); no process of the hostile job's uid is left on the host once its run
-    returned; the neighbour succeeded with its peak allocated within 10 % of its peak alone. Its pace (median
-    step time while the hostile job ran, over its median alone) and the time to stop are printed, not asserted:
-    on 2 shared cores they are noise-bound, and the stop times are bounded by the limits themselves.
+    returned; the neighbour succeeded with its peak allocated within 10 % of its peak alone, and its pace held:
+    its median step while the hostile job ran, less the step's wait for a CPU (``/proc/<pid>/schedstat``, as in
+    tests/workers/test_greedy_neighbour.py), at most ``PACE_LIMIT`` times the same alone. The wall-clock pace
+    is printed beside it, not asserted: on 2 shared cores other engineers' work moved it 1.0-2.4x in rows where
+    the hostile job did nothing (the hang). The time to stop is printed, not asserted: the limits bound it.
 """
 import json
 import os
@@ -55,6 +58,10 @@ NEIGHBOUR = 1
 HOSTILE = 2  # the first scenario's; each has its own id, so its own uid
 MORE = 20  # the neighbour's steps after the hostile job's outcome
 PEAK_NOISE = 0.10
+# The neighbour's median step beside the hostile job, less its wait for a CPU, over the same alone: at most this
+# (Note [Containment rows]). Rows that hold measured 1.00-1.07x; the machine's other load is taken out, what
+# the hostile job costs through the agent (the worker's threads, waits for memory, gate delays) is kept.
+PACE_LIMIT = 1.5
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is not installed")]
 
@@ -256,8 +263,14 @@ BROKEN = {  # Note [Containment rows]: what does not hold today, with the figure
     "raises its own limits": "a job widens its CPU affinity past its slot (sched_setaffinity to every core: [1] -> "
     "[0, 1]) and so takes its neighbour's core; every rlimit, oom_score_adj, uid, capability, nice and ioprio "
     "attempt failed",
+    "prints 100 MB": "the neighbour's steps, their wait for a CPU taken out, took 1.21-3.12x as long as alone while "
+    "the job printed (median 2.1x over 7 runs; wall 1.1-3.3x), though the printing job ran on its own core: the "
+    "time is the neighbour's blocked time, spent on the worker side while the worker drained a million lines",
 }
-PARAMS = [pytest.param(s, id=s.name, marks=[pytest.mark.xfail(strict=True, reason=BROKEN[s.name])]
+# a finding whose figure lies on both sides of its bound from run to run: not strict (it would fail the suite at
+# random), the one exception to Note [Containment rows]
+NOISY = {"prints 100 MB"}
+PARAMS = [pytest.param(s, id=s.name, marks=[pytest.mark.xfail(strict=s.name not in NOISY, reason=BROKEN[s.name])]
                        if s.name in BROKEN else []) for s in SCENARIOS]
 
 
@@ -331,4 +344,5 @@ def test_a_hostile_job_is_stopped_and_its_neighbour_trains_as_alone(tmp_path, al
     assert not left, f"processes of the hostile job's uid left on the host: {left}"
     assert nout["status"] == "succeeded", figures
     assert abs(peak_ratio - 1) <= PEAK_NOISE, figures
+    assert figures["pace_less_cpu_wait"] is not None and figures["pace_less_cpu_wait"] <= PACE_LIMIT, figures
     assert neighbour.outcome["metrics"]["iterations_done"] >= rss["hostile_end"] + MORE, figures
