@@ -230,10 +230,15 @@ def limit_note(exc: BaseException) -> str:
     """``"; the job reached the limit of 64 open files (ZICO_JOB_NOFILE)"``: the sandbox's limit an ``OSError`` ran into, or
     ``""``. EMFILE is the open-files limit and EFBIG the file size limit (python ignores SIGXFSZ, so a write
     past it fails with EFBIG); EAGAIN is the process limit only while this uid holds that many tasks (a
-    non-blocking socket says EAGAIN too)."""
-    if not isinstance(exc, OSError) or exc.errno is None:
+    non-blocking socket says EAGAIN too). Python's ``Thread.start`` says a failed ``pthread_create`` (EAGAIN) as
+    ``RuntimeError("can't start new thread")``: the process limit too, on the same condition."""
+    if isinstance(exc, RuntimeError) and str(exc) == "can't start new thread":
+        code = errno.EAGAIN
+    elif isinstance(exc, OSError) and exc.errno is not None:
+        code = exc.errno
+    else:
         return ""
-    name = {errno.EMFILE: "nofile", errno.EFBIG: "fsize_bytes", errno.EAGAIN: "nproc"}.get(exc.errno)
+    name = {errno.EMFILE: "nofile", errno.EFBIG: "fsize_bytes", errno.EAGAIN: "nproc"}.get(code)
     if name is None:
         return ""
     limit = userjob.LIMITS[name]
