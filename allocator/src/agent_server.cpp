@@ -172,6 +172,14 @@ bool AgentServer::set_job_budget(int64_t job, uint64_t bytes) {
   return true;
 }
 
+bool AgentServer::set_job_plan(int64_t job, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  it->second.plan = bytes;
+  return true;
+}
+
 void AgentServer::set_budget(uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
   budget_ = bytes;
@@ -495,9 +503,28 @@ void AgentServer::decide() {
       break;
     }
     // Deadlock: of the waiting requests that fit in the free chunks, the job holding least goes past
-    // the budget (ties: the smaller request, then the earlier) — Note [Deadlock grants, max-min].
+    // the budget (ties: the smaller request, then the earlier) — Note [Deadlock grants, max-min] — unless the
+    // grant would take it past its own plan (Note [Deadlock grants within a plan]).
+    // Note [Deadlock grants within a plan]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    // Rule 4 assumes the grantee frees at the end of its iteration, which holds for a job within what its
+    // gate planned for it (the device's coordinator plans each job's curve, and the plan's peak is its held
+    // peak: set_job_plan, from the gate's planning curve). A job past its plan is the cause of the overrun, not
+    // its victim: a leaker that never frees won one grant after another beside a neighbour held at its gate,
+    // 17 grants, 506 MiB held on a 323 MiB budget (tests/workers/test_containment_suite.py). So a waiter whose
+    // grant would take it past its plan gets none; when no other waiter can be granted, the one past its plan
+    // (holding most) is refused, and its neighbours, within theirs, keep the budget. A job without a plan (not
+    // gated) keeps rule 4 as it was.
+    auto past_plan = [&](const Job* j) {
+      return j->plan != kNone && (j->held.size() + new_chunks(*j)) * chunk_ > j->plan;
+    };
     Job* g = nullptr;
+    Job* cause = nullptr;
     for (Job* j : waiting) {
+      if (past_plan(j)) {
+        if (!cause || j->held.size() > cause->held.size()) cause = j;
+        continue;
+      }
       if (free_.size() < new_chunks(*j)) continue;
       if (!g || j->held.size() < g->held.size() ||
           (j->held.size() == g->held.size() &&
@@ -506,6 +533,14 @@ void AgentServer::decide() {
     }
     if (g) {
       grant(*g, true);
+      continue;
+    }
+    if (cause) {
+      ++cause->over_plan;
+      refuse(*cause, kBudget, "agent refused: budget: this job would hold " +
+                                  mib((cause->held.size() + new_chunks(*cause)) * chunk_) + ", past the " +
+                                  mib(cause->plan) + " its plan gives it, while its neighbours wait (" +
+                                  describe(cause->pending.chunks * chunk_) + ")");
       continue;
     }
     // No room below capacity for any of them: refuse the one holding least (the latest request
@@ -666,7 +701,7 @@ std::string AgentServer::stats_json() {
     w.num("peak_held_bytes", j.peak_held).num("parked_bytes", j.parked.size() * chunk_);
     w.num("chunks_granted", j.granted).num("chunks_returned", j.returned);
     w.num("waits", j.waits).num("wait_s", j.wait_s).num("refused", j.refused);
-    w.num("deadlock_grants", j.deadlock_grants).num("bad_messages", j.bad_messages);
+    w.num("deadlock_grants", j.deadlock_grants).num("bad_messages", j.bad_messages).num("over_plan", j.over_plan);
     w.num("job_budget_bytes", j.budget == kNone ? 0 : j.budget).num("over_job_budget", j.over_job_budget);
     w.boolean("waiting", j.pending.active && j.pending.wait).boolean("connected", j.connected);
     w.close('}');

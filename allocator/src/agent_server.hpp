@@ -40,6 +40,7 @@ class AgentServer {
   // The most bytes this job may hold (UINT64_MAX: none, the default): Note [A job's own budget] in
   // agent_server.cpp. False for an unknown job.
   bool set_job_budget(int64_t job, uint64_t bytes);
+  bool set_job_plan(int64_t job, uint64_t bytes);
   std::string stats_json();
 
  private:
@@ -70,8 +71,10 @@ class AgentServer {
     Pending pending;
     uint64_t reclaim_sent = 0;
     uint64_t budget = UINT64_MAX;  // the job's own budget (bytes): Note [A job's own budget]
+    uint64_t plan = UINT64_MAX;    // the most its gate plans it to hold (bytes): Note [Deadlock grants within a plan]
     uint64_t peak_held = 0, granted = 0, returned = 0, waits = 0, refused = 0, deadlock_grants = 0;
     uint64_t over_job_budget = 0;  // requests refused for its own budget
+    uint64_t over_plan = 0;        // deadlock grants it was denied, past its plan (Note [Deadlock grants within a plan])
     uint64_t bad_messages = 0;
     double wait_s = 0;
     uint64_t held_bytes(uint64_t chunk) const { return held.size() * chunk; }

@@ -113,6 +113,16 @@ int zico_agent_set_job_budget(zico_agent_t* agent, int64_t job_id, uint64_t byte
   });
 }
 
+int zico_agent_set_job_plan(zico_agent_t* agent, int64_t job_id, uint64_t bytes) {
+  return agent_guarded([&] {
+    if (!agent) return agent_fail("agent must not be NULL");
+    if (bytes == 0) return agent_fail("a job's plan must be positive (ZICO_UNLIMITED for none)");
+    if (!agent->server->set_job_plan(job_id, bytes))
+      return agent_fail("no job " + std::to_string(job_id) + " in this agent");
+    return 0;
+  });
+}
+
 int zico_agent_set_wait(zico_agent_t* agent, double seconds) {
   return agent_guarded([&] {
     if (!agent) return agent_fail("agent must not be NULL");

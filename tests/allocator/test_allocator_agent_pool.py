@@ -235,6 +235,37 @@ def test_a_waiter_beside_a_job_held_at_its_gate_with_nothing_to_return_is_grante
     waiter.finish()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("plan_steps", [3, 2])
+def test_a_deadlock_grant_never_takes_a_waiter_past_its_plan(agent, plan_steps):
+    """Note [Deadlock grants within a plan]: beside a neighbour held at its gate, a waiter whose grant stays within
+    what its gate plans for it is granted past the budget, as before; one the grant would take past its plan is
+    the overrun's cause (a leaker): refused at once, naming its plan, and the pool stays within the budget."""
+    budget = 4 * STEP
+    pool = agent(2 * budget, budget, wait_s=20.0)
+    held, waiter = (JobProcess(pool, i, 1, "script", "--step-bytes", STEP) for i in (1, 2))
+    for job in (held, held, waiter, waiter):
+        job.send("alloc")
+        assert job.until("alloc")["alloc"]
+    pool.set_job_plan(2, plan_steps * STEP)  # within: its third block is planned; past: it plans two
+    pool.set_yielding(1, True, gated=True)
+    waiter.send("alloc")
+    answer = waiter.until("alloc")
+    stats = pool.stats()
+    if plan_steps == 3:
+        assert answer["alloc"] and stats["pool"]["deadlock_grants"] == 1, answer
+        waiter.send("free")
+        waiter.until("freed")
+    else:
+        assert not answer["alloc"] and "its plan gives it" in answer["detail"], answer
+        assert stats["pool"]["deadlock_grants"] == 0 and stats["jobs"][2]["over_plan"] == 1
+        assert stats["pool"]["peak_held_bytes"] <= budget
+    with pytest.raises(ValueError, match="plan_bytes"):
+        pool.set_job_plan(2, 0)
+    held.finish()
+    waiter.finish()
+
+
 @pytest.mark.timeout(60)
 def test_deadlock_grant_then_the_pool_returns_under_the_budget(agent):
     budget, capacity = 48 * MiB, 96 * MiB

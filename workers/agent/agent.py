@@ -224,6 +224,7 @@ class DeviceAgent:
             spec = box.spec
             share_env = self._cpu_share(run, spec)
             agent_fd = self.pool.add_job(run.job_id, run.tenant_id, run.budget_bytes)
+            self.pool.set_job_plan(run.job_id, gate.curve.peak_bytes if gate.curve is not None else None)
             proc = JobProcess(run.job_id, box, self.settings.script_module,
                               lambda msg: self._on_message(run, proc, msg),
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
@@ -534,6 +535,7 @@ class DeviceAgent:
         if run.next_curve is not None and not run.gate.joined:  # between two iterations: none is in flight
             run.curve, run.next_curve = run.next_curve, None
             run.gate = self._gate(run, run.curve)
+            self.pool.set_job_plan(run.job_id, run.gate.curve.peak_bytes if run.gate.curve is not None else None)
             run.gate.join(run.job_id)
             self.meter.set_curve(run.job_id, run.curve)
         # Note [Yielding through the iteration]

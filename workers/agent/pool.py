@@ -11,6 +11,7 @@ messages): the coordinator's gate keeps the sum under the budget, the per-proces
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any
 
@@ -63,6 +64,19 @@ class Pool:
         if budget_bytes is not None:
             self.native.set_job_budget(job_id, int(budget_bytes))
         return fd
+
+    def set_job_plan(self, job_id: int, planned_peak_bytes: float | None) -> None:
+        """What ``job_id``'s gate plans it to hold at most (its planning curve's peak, bytes; None: not gated),
+        for the agent pool's deadlock rule, which never grants a job past it (Note [Deadlock grants within a
+        plan] in allocator/src/agent_server.cpp); one chunk of slack for the grant unit. No-op without the agent
+        pool or once the job left."""
+        if self.native is None:
+            return
+        plan = None if planned_peak_bytes is None else int(math.ceil(planned_peak_bytes)) + CHUNK_BYTES
+        try:
+            self.native.set_job_plan(job_id, plan)
+        except Exception:  # the job left meanwhile
+            pass
 
     def remove_job(self, job_id: int) -> None:
         """Forget a job; with the agent pool every chunk it held is back in the pool when this returns."""

@@ -125,6 +125,9 @@ int zico_agent_set_yielding(zico_agent_t* agent, int64_t job_id, int yielding);
 /* The most bytes job_id may hold (ZICO_UNLIMITED: none, the default); a request past it is refused, never
  * queued (Note [A job's own budget] in agent_server.cpp). 0 or an unknown job fails. */
 int zico_agent_set_job_budget(zico_agent_t* agent, int64_t job_id, uint64_t bytes);
+/* The most bytes the job's gate plans it to hold (ZICO_UNLIMITED: no plan): a deadlock grant never takes it past
+ * this (Note [Deadlock grants within a plan] in agent_server.cpp). */
+int zico_agent_set_job_plan(zico_agent_t* agent, int64_t job_id, uint64_t bytes);
 /* Bound on how long a request waits for room before it is refused (seconds; default
  * ZICO_BUDGET_WAIT_S). */
 int zico_agent_set_wait(zico_agent_t* agent, double seconds);

@@ -81,6 +81,16 @@ class AgentPool:
             raise ValueError(f"budget_bytes must be a positive int or None, not {budget_bytes!r}")
         check(lib().zico_agent_set_job_budget(self._h(), job_id, UNLIMITED if budget_bytes is None else budget_bytes))
 
+    def set_job_plan(self, job_id: int, plan_bytes: int | None) -> None:
+        """The most bytes ``job_id``'s gate plans it to hold (None: no plan, the job is not gated): a deadlock
+        grant past the budget never takes it past this, and when it is the waiter past its plan beside others
+        that wait, it is the one refused (Note [Deadlock grants within a plan] in agent_server.cpp). Raises
+        ValueError for a plan that is not a positive int, ZicoError for an unknown job."""
+        if plan_bytes is not None and (isinstance(plan_bytes, bool) or not isinstance(plan_bytes, int)
+                                       or plan_bytes <= 0):
+            raise ValueError(f"plan_bytes must be a positive int or None, not {plan_bytes!r}")
+        check(lib().zico_agent_set_job_plan(self._h(), job_id, UNLIMITED if plan_bytes is None else plan_bytes))
+
     def remove_job(self, job_id: int) -> None:
         """Disconnects the job; every chunk it held returns to the free list (its stats stay). The
         process may still map them, so each is scrubbed before its next grant, even within the tenant."""

@@ -68,6 +68,7 @@ _SIGNATURES = {
                                          ctypes.POINTER(ctypes.c_void_p)]),
     "zico_agent_add_job": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int)]),
     "zico_agent_set_job_budget": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]),
+    "zico_agent_set_job_plan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64]),
     "zico_agent_remove_job": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "zico_agent_set_budget": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64]),
     "zico_agent_set_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
