@@ -73,6 +73,11 @@ def test_device_timeline_shows_a_live_sample_within_two_seconds(page, sign_in, p
     }""")
     assert [f"#{cluster.acme_job.pk} acme-secret-model", 29] in drawn and ["Pool reserved", 41] in drawn  # GiB
     assert not any(name.endswith("rival-secret-model") for name, _ in drawn)
+    # the peak says against which budget it was measured: the budget in force at its second
+    publish(job=None, device=cluster.key, allocated=33 * GIB, reserved=80 * GIB, budget=72 * GIB)
+    expect(page.locator('#device-summary dd[data-k="peak_bytes"]')).to_have_text("80.00 GiB", timeout=2000)
+    expect(page.locator('#device-summary dd[data-k="peak_budget_bytes"]')).to_have_text("72.00 GiB")
+    expect(page.locator('#device-summary dd[data-k="peak_over_budget"]')).to_have_text("yes: 8.00 GiB past it")
     print(f"live sample reached the page {latency:.2f} s after it was published")
 
 

@@ -32,13 +32,22 @@ def test_oom_reports_are_one_marker_per_job_and_minute_and_a_later_poll_replaces
     assert first["t"] == minute + 5 and first["label"].startswith(
         f"OOM prevented ×15 in 5 reports from {datetime.fromtimestamp(minute + 5, tz=timezone.utc):%H:%M:%S} UTC: "
         f"“{a}” waited 1.00 s for the budget")
-    assert next(e for e in ooms if e["job"] == b.pk)["label"].endswith("(1 let past it)")
+    assert next(e for e in ooms if e["job"] == b.pk)["label"].endswith(
+        "; granted past the budget ×1 (the deadlock rule)")
     assert [e["kind"] for e in evs if e["kind"] != Event.Kind.OOM_PREVENTED] == ["delay", "delay"]  # the fixture's
     assert evs[-1]["id"] == last.pk  # the poll's cursor: the newest event id
 
     newer = _oom(cluster, a, minute + OOM_MINUTE_S + 30, count=1)
     again = device_events(cluster.device, None, minute - 60, since_event=last.pk)
     assert [(e["group"], e["count"], e["id"]) for e in again] == [(ooms[-1]["group"], 5, newer.pk)]
+
+
+def test_grants_past_the_budget_alone_are_said_as_such_not_as_oom_prevented_x0(cluster):
+    minute = (int(datetime.now(timezone.utc).timestamp()) // OOM_MINUTE_S - 2) * OOM_MINUTE_S
+    _oom(cluster, cluster.acme_job, minute + 1, count=0, overruns=3)
+    (e,) = [e for e in device_events(cluster.device, None, minute - 60) if e["kind"] == Event.Kind.OOM_PREVENTED]
+    assert e["label"] == f"Granted past the budget ×3: “{cluster.acme_job}”, by the deadlock rule"
+    assert "×0" not in e["label"] and e["overruns"] == 3
 
 
 def test_another_tenants_oom_reports_stay_unnamed_and_hidden_ones_absent(cluster, personas):

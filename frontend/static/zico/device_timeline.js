@@ -34,11 +34,16 @@
     if (d.events.length) sinceEvent = d.events[d.events.length - 1].id;
     liveOk = d.live.ok;
     renderLegend(chart.set(state, windowS));
-    const peak = state.pool.reduce((m, p) => Math.max(m, p[2] || 0), 0);
+    // the peak and the budget in force at that second (a budget changed in the window is not the peak's)
+    const top = state.pool.reduce((m, p) => (p[2] || 0) > (m ? m[2] || 0 : 0) ? p : m, null);
+    const peak = top ? top[2] : 0;
     const last = state.pool[state.pool.length - 1];
     const budget = last && last[3] ? last[3] : state.device.budget_bytes;
+    const peakBudget = top && top[3] ? top[3] : budget;
     Z.fillSummary(document.getElementById("device-summary"), {
-      peak_bytes: peak || null, budget_bytes: budget, current_allocated_bytes: last ? last[1] : null,
+      peak_bytes: peak || null, peak_budget_bytes: peak ? peakBudget : null,
+      peak_over_budget: peak ? (peak > peakBudget ? "yes: " + Z.bytes(peak - peakBudget) + " past it" : "no") : null,
+      budget_bytes: budget, current_allocated_bytes: last ? last[1] : null,
       current_reserved_bytes: last ? last[2] : null,
       jobs: Object.keys(state.series).filter(id => state.series[id].length).length, samples: received,
     });

@@ -190,7 +190,7 @@ def _oom_key(e: Event) -> str:
 
 def _oom_minutes(evs: list[Event], visible_job_ids: set[int] | None) -> list[dict]:
     """One marker per job and minute of "OOM prevented" reports: at the minute's first report, its id the
-    newest one's, the label summing their counts, waits and overruns."""
+    newest one's, the label summing their counts, waits and grants past the budget (``overruns``)."""
     groups: dict[str, list[Event]] = {}
     for e in sorted(evs, key=lambda e: e.pk):
         groups.setdefault(_oom_key(e), []).append(e)
@@ -205,10 +205,14 @@ def _oom_minutes(evs: list[Event], visible_job_ids: set[int] | None) -> list[dic
                else "a job of another tenant" if head.job_id else "a job")
         span = (f" in {len(group)} reports from {head.time.astimezone(timezone.utc):%H:%M:%S} UTC"
                 if len(group) > 1 else "")
+        # a grant past the budget (the deadlock rule) is said as such, never as "OOM prevented ×0"
+        parts = [f"OOM prevented ×{count}{span}: {job} waited {waited:.2f} s for the budget"] if count else []
+        if overruns:
+            parts.append(f"granted past the budget ×{overruns} (the deadlock rule)" if count else
+                         f"Granted past the budget ×{overruns}{span}: {job}, by the deadlock rule")
         out.append({"id": group[-1].pk, "t": head.time.timestamp(), "kind": Event.Kind.OOM_PREVENTED,
-                    "job": head.job_id, "group": key, "count": count,
-                    "label": f"OOM prevented ×{count}{span}: {job} waited {waited:.2f} s for the budget"
-                             + (f" ({overruns} let past it)" if overruns else "")})
+                    "job": head.job_id, "group": key, "count": count, "overruns": overruns,
+                    "label": "; ".join(parts)})
     return out
 
 
