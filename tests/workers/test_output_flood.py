@@ -54,7 +54,14 @@ def test_a_job_flooding_its_output_cannot_grow_the_worker(tmp_path):
     try:
         quiet, baseline = run_sampled(agent, job_id - 1, ["python", "floods_output.py", "--quiet"], tmp_path,
                                       lambda stream, line: None)  # what running any job costs the worker
-        out, peak = run_sampled(agent, job_id, ["python", "floods_output.py"], tmp_path, relay.line)
+        notes = []  # the agent's own lines about the job's output (stream "system")
+
+        def on_output(stream, line):
+            if stream == "system":
+                notes.append(line)
+            relay.line(stream, line)
+
+        out, peak = run_sampled(agent, job_id, ["python", "floods_output.py"], tmp_path, on_output)
         relay.close()
     finally:
         agent.close()
@@ -68,3 +75,23 @@ def test_a_job_flooding_its_output_cannot_grow_the_worker(tmp_path):
     assert relay.overflowed_total > 0
     assert any(f"output lines dropped: the job printed more than {PENDING_MAX_LINES} lines" in t for t in texts)
     assert any("flood done" in t for t in texts[-5:])
+    # Note [A job's output rate]: past the rate, lines are counted and dropped before they are cut
+    assert any("lines of stdout dropped: the job printed faster than" in t for t in notes), (notes, texts[-5:])
+
+
+def test_the_line_rate_admits_bursts_then_the_rate():
+    from workers.agent.output import LineCutter, LineRate
+
+    now = [0.0]
+    rate = LineRate(100, burst=250, clock=lambda: now[0])
+    assert rate.admit(200) == 200 and rate.admit(100) == 50 and rate.empty()
+    now[0] += 0.5  # 50 lines' worth
+    assert not rate.empty() and rate.admit(80) == 50
+    now[0] += 100  # never more than the burst
+    assert rate.admit(1000) == 250
+    with pytest.raises(ValueError):
+        LineRate(0)
+    cutter = LineCutter(16)
+    cutter.feed(b"half a li")
+    cutter.discard()  # dropped with the rest: the next line starts clean
+    assert cutter.feed(b"ne\nnext\n") == ["ne", "next"]

@@ -230,7 +230,8 @@ class DeviceAgent:
                               lambda exc: self._kill(run, proc, f"protocol error: {exc}"),
                               agent_fd, self.settings.stderr_lines,
                               on_output=lambda stream, line: self._on_output(run, stream, line),
-                              output_line_bytes=self.settings.output_line_bytes, share_env=share_env)
+                              output_line_bytes=self.settings.output_line_bytes, share_env=share_env,
+                              output_lines_per_s=self.settings.output_lines_per_s)
         except BaseException:
             self._forget(run.job_id)
             self.pool.remove_job(run.job_id)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from zico_contracts import agent as proto
 
 from . import shmwatch
-from .output import LineCutter
+from .output import OUTPUT_TAIL_BYTES, OUTPUT_TAIL_LINES, LineCutter, LineRate
 from ..joblines import for_log
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,8 @@ class JobProcess:
     def __init__(self, job_id: int, sandbox, job_module: str, on_message: Callable[[dict], None],
                  on_protocol_error: Callable[[Exception], None], agent_fd: int | None = None,
                  stderr_lines: int = 50, on_output: Callable[[str, str], None] | None = None,
-                 output_line_bytes: int = 4096, share_env: dict[str, str] | None = None):
+                 output_line_bytes: int = 4096, share_env: dict[str, str] | None = None,
+                 output_lines_per_s: float = 1000.0):
         self.job_id = job_id
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         self.sandboxed = sandbox.wrapped  # False: Note [No sandbox for Zico's own code]
@@ -185,6 +186,7 @@ class JobProcess:
         self._on_message, self._on_protocol_error = on_message, on_protocol_error
         self._on_output = on_output
         self._line_bytes = output_line_bytes
+        self._lines_per_s = output_lines_per_s
         self._threads = [threading.Thread(target=self._read, name=f"job-{job_id}-control", daemon=True),
                          threading.Thread(target=self._drain, args=(self.proc.stdout, "stdout"),
                                           name=f"job-{job_id}-stdout", daemon=True),
@@ -273,26 +275,63 @@ class JobProcess:
             pass
 
     def _drain(self, stream, name: str) -> None:
-        cutter = LineCutter(self._line_bytes)
+        """Cut ``stream`` into lines and hand on those the output rate admits (Note [A job's output rate] in
+        :mod:`.output`), until EOF."""
+        cutter, rate = LineCutter(self._line_bytes), LineRate(self._lines_per_s)
         fd = stream.fileno()
+        dropped = 0
+        tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)  # the last lines dropped
+        raw_tail = b""  # or the last bytes dropped uncut
+        debug = log.isEnabledFor(logging.DEBUG)
         while True:
             try:
                 data = os.read(fd, 65536)
             except OSError:
                 data = b""
+            if data and name == "stdout" and rate.empty():  # past the rate: counted, never cut into lines
+                dropped += data.count(b"\n") + data.count(b"\r")
+                raw_tail = (raw_tail + data)[-OUTPUT_TAIL_BYTES:]
+                tail.clear()
+                cutter.discard()
+                continue
             lines = cutter.feed(data) if data else cutter.close()
-            for line in lines:
-                if name == "stderr":
-                    self.stderr_tail.append(line)
-                log.debug("%s", for_log(self.job_id, name, line))  # Note [A job's lines in the worker's log]
-                if self._on_output is not None:
-                    try:
-                        self._on_output(name, line)
-                    except Exception:  # a broken callback must not stop the drain (the job would block)
-                        log.exception("job %s: on_output failed", self.job_id)
+            if name == "stderr":
+                self.stderr_tail.extend(lines)
+            admitted = rate.admit(len(lines))
+            if admitted < len(lines):
+                dropped += len(lines) - admitted
+                tail.extend(lines[admitted:])
+                raw_tail = b""
+            if dropped and (admitted or not data):
+                last = [] if data else (list(tail) or self._whole_lines(raw_tail))
+                self._emit("system", f"about {dropped} lines of {name} dropped: the job printed faster than "
+                                     f"{self._lines_per_s:g} lines a second (ZICO_JOB_OUTPUT_LINES_PER_S)"
+                                     + (f"; its last {len(last)} follow" if last else ""))
+                for line in last:  # the output ended over the rate: its last lines still reach the log
+                    self._emit(name, line)
+                dropped, raw_tail = 0, b""
+                tail.clear()
+            for line in lines[:admitted]:
+                if debug:  # Note [A job's lines in the worker's log]
+                    log.debug("%s", for_log(self.job_id, name, line))
+                self._emit(name, line)
             if not data:
                 break
         stream.close()
+
+    def _whole_lines(self, data: bytes) -> list[str]:
+        """The last OUTPUT_TAIL_LINES whole lines of ``data``, the tail of a stream dropped uncut (its first line is
+        a fragment when ``data`` is OUTPUT_TAIL_BYTES long)."""
+        cutter = LineCutter(self._line_bytes)
+        lines = cutter.feed(data) + cutter.close()
+        return lines[1 if len(data) >= OUTPUT_TAIL_BYTES else 0:][-OUTPUT_TAIL_LINES:]
+
+    def _emit(self, stream: str, line: str) -> None:
+        if self._on_output is not None:
+            try:
+                self._on_output(stream, line)
+            except Exception:  # a broken callback must not stop the drain (the job would block)
+                log.exception("job %s: on_output failed", self.job_id)
 
     def wait(self, timeout: float | None) -> int | None:
         """The exit status once the process ended, else None after ``timeout`` seconds."""

@@ -5,11 +5,27 @@ the ``\\n`` of a ``\\r\\n`` pair ends nothing more); a run of ``\\r`` is one (re
 20 MiB of bare carriage returns are not 20 million lines (Note [A job's output is bounded] in workers.usercode).
 A line longer than the cap keeps its first ``cap`` bytes and ends with ``... [N bytes cut]``; nothing is held
 beyond the cap, however long the line. Bytes that are not UTF-8 are replaced (U+FFFD).
+
+Note [A job's output rate]
+    Every line a job prints costs the agent's process Python work (cut, escaped for the log, relayed), under the
+    interpreter lock its gate round trips and memory watches need too: a job printing 100 MB as fast as it could
+    (a million lines) slowed its neighbour's steps 2-4.7x, though it printed on a core of its own
+    (tests/workers/test_containment_suite.py). So a job's lines are admitted at a rate, a token bucket
+    (:class:`LineRate`: ``AgentSettings.output_lines_per_s``, ``ZICO_JOB_OUTPUT_LINES_PER_S``, bursts of ten
+    seconds' worth); past it, stdout's bytes are counted and dropped without being cut into lines, and a system
+    line says how many were dropped once the job's output is admitted again or ends; when it ends over the rate,
+    its last ``OUTPUT_TAIL_LINES`` lines follow that note (a job's last words: "done", a final loss). stderr is
+    still cut in full (its last lines are a failed job's reason) but its lines past the rate reach neither the
+    log nor the relay.
 """
 from __future__ import annotations
 
 import re
+import time
+from typing import Callable
 
+OUTPUT_TAIL_LINES = 20  # a stream's last lines, kept when it ends over the rate (Note [A job's output rate])
+OUTPUT_TAIL_BYTES = 16384  # what is kept of its last bytes dropped uncut, to find them in
 _SPLIT = re.compile(rb"(\r|\n)")
 _CR_RUN = re.compile(rb"\r{2,}")
 
@@ -43,9 +59,41 @@ class LineCutter:
     def close(self) -> list[str]:
         return [self._take()] if self._buf or self._cut else []
 
+    def discard(self) -> None:
+        """Forget the unfinished line (its bytes were dropped with the rest: Note [A job's output rate])."""
+        self._buf, self._cut, self._after_cr = bytearray(), 0, False
+
     def _take(self) -> str:
         text = self._buf.decode(errors="replace")
         if self._cut:
             text += f"... [{self._cut} bytes cut]"
         self._buf, self._cut = bytearray(), 0
         return text
+
+
+class LineRate:
+    """A token bucket of lines: ``per_s`` lines a second on average, at most ``burst`` at once (default ten
+    seconds' worth); Note [A job's output rate]."""
+
+    def __init__(self, per_s: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic):
+        if per_s <= 0:
+            raise ValueError(f"per_s must be > 0, got {per_s}")
+        self.per_s, self.burst, self._clock = float(per_s), float(burst if burst is not None else 10 * per_s), clock
+        self._tokens, self._at = self.burst, clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.per_s)
+        self._at = now
+
+    def empty(self) -> bool:
+        """No whole line may pass now."""
+        self._refill()
+        return self._tokens < 1
+
+    def admit(self, n: int) -> int:
+        """How many of ``n`` lines may pass now (taken from the bucket)."""
+        self._refill()
+        k = n if self._tokens >= n else int(self._tokens)
+        self._tokens -= k
+        return k

@@ -70,6 +70,9 @@ class AgentSettings:
         output_line_bytes: a job's stdout/stderr line is cut to this many bytes before it reaches the log, the
             stderr tail and ``JobRun.on_output`` (``ZICO_JOB_OUTPUT_LINE_BYTES``, default 4096; the rest of the
             line is dropped and the line ends with ``... [N bytes cut]``).
+        output_lines_per_s: the lines a second a job's stdout and stderr each reach the log and the relay at, on
+            average, in bursts of ten seconds' worth (``ZICO_JOB_OUTPUT_LINES_PER_S``, default 1000); past it they
+            are dropped and counted (Note [A job's output rate] in workers.agent.output).
 
     User-script sandbox (:mod:`workers.agent.sandbox`, docs/workers.md "User scripts and the sandbox"):
 
@@ -105,6 +108,7 @@ class AgentSettings:
     reason_stderr_lines: int = 20
     script_module: str = "workers.job.entry"
     output_line_bytes: int = 4096
+    output_lines_per_s: float = 1000.0
     bwrap: str = "/usr/bin/bwrap"
     uid_base: int = 2_000_000_000
     uid_count: int = 1_000_000
@@ -155,6 +159,7 @@ class AgentSettings:
                 "stop_grace_s": _env_float("ZICO_JOB_STOP_GRACE_S", cls.stop_grace_s),
                 "bypass_margin_bytes": int(_env_float("ZICO_JOB_BYPASS_MARGIN_BYTES", cls.bypass_margin_bytes)),
                 "output_line_bytes": _env_int("ZICO_JOB_OUTPUT_LINE_BYTES", cls.output_line_bytes, 80),
+                "output_lines_per_s": _env_float("ZICO_JOB_OUTPUT_LINES_PER_S", cls.output_lines_per_s),
                 "bwrap": os.environ.get("ZICO_JOB_BWRAP") or cls.bwrap,
                 "uid_base": _env_int("ZICO_JOB_UID_BASE", cls.uid_base, 1),
                 "uid_count": _env_int("ZICO_JOB_UID_COUNT", cls.uid_count, 1),
