@@ -102,7 +102,9 @@ def pin_from_environment() -> str | None:
     if not value:
         return None
     try:
-        os.sched_setaffinity(0, {int(c) for c in value.split(",")})
+        cpus = {int(c) for c in value.split(",")}
+        if os.sched_getaffinity(0) != cpus:  # a sandboxed job is pinned from outside, and may not change it
+            os.sched_setaffinity(0, cpus)
     except (ValueError, OSError, AttributeError) as exc:
         return f"{CPUS_ENV}={value}: not pinned ({exc})"
     return None

@@ -263,9 +263,6 @@ SCENARIOS = [
              check=raise_check),
 ]
 BROKEN = {  # Note [Containment rows]: what does not hold today, with the figures of the run that found it
-    "raises its own limits": "a job widens its CPU affinity past its slot (sched_setaffinity to every core: [1] -> "
-    "[0, 1]) and so takes its neighbour's core; every rlimit, oom_score_adj, uid, capability, nice and ioprio "
-    "attempt failed",
 }
 PARAMS = [pytest.param(s, id=s.name, marks=[pytest.mark.xfail(strict=True, reason=BROKEN[s.name])]
                        if s.name in BROKEN else []) for s in SCENARIOS]

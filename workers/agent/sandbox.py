@@ -74,8 +74,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zico_contracts import userjob
+from zico_contracts import cpushare, userjob
 
+from . import seccomp
 from .settings import AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +84,7 @@ CATALOG_PROJECT = REPO / "workers" / "job" / "catalog_project"  # Zico's own pro
 JOB_SIDE_DIRS = ("zico_contracts", "workers/job", "zico_job", "allocator", "zico_workloads")  # no platform/
 IMPORT_PATH = (str(REPO), str(REPO / "zico_job" / "shim"), str(REPO / "allocator" / "python"))
 SPEC_PATH = "/zico/spec.json"
+TASKSET = "/usr/bin/taskset"  # util-linux: pins the sandbox to its slot's cores before it starts
 SYSTEM_DIRS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives")
 CUDA_SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -272,6 +274,14 @@ class Sandbox:
         group_fd = _memfd("zico-group", f"root:x:0:\njob{self.job_id}:x:{uid}:\n".encode())
         argv = [s.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try", "--hostname", "zico-job"]
+        fds = [spec_fd, passwd_fd, group_fd]
+        cpus = job_env.get(cpushare.CPUS_ENV)
+        if cpus:  # Note [A job keeps its CPU slot] in workers.agent.seccomp: pinned from outside, locked inside
+            argv[:0] = [TASKSET, "--cpu-list", cpus]
+            program = seccomp.affinity_filter()
+            if program is not None:
+                fds.append(_memfd("zico-seccomp", program))
+                argv += ["--seccomp", str(fds[-1])]
         if self.uid is None:
             argv += ["--unshare-user", "--disable-userns"]
         argv += ["--clearenv"]
@@ -331,7 +341,7 @@ class Sandbox:
             argv += ["/usr/bin/setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                      "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
         argv += [sys.executable, "-m", job_module, "--spec-file", SPEC_PATH]
-        return argv, {}, [spec_fd, passwd_fd, group_fd]
+        return argv, {}, fds
 
 
 def _ensure_allocator_built() -> None:
