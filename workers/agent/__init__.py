@@ -4,8 +4,9 @@
 * :mod:`.pool` — the device's memory pool as the agent holds it (the allocator's ``AgentPool`` when the binding
   has it, else each job bounded by the device budget in its own process).
 * :mod:`.launch` — one job process: launch with inherited sockets, read its messages, tail its stderr, stop it.
-* :mod:`.output` — a job's stdout/stderr cut into lines of bounded size (``JobRun.on_output``).
-* :mod:`.sandbox` — the bubblewrap sandbox of a user-script job: its command line, uid, limits, directories.
+* :mod:`.output` — a job's stdout/stderr cut into lines of bounded size, admitted at a rate (``JobRun.on_output``).
+* :mod:`.sandbox` — the bubblewrap sandbox of a job: its command line, uid, limits, directories; :mod:`.seccomp`,
+  the filter that keeps it on its CPU slot's cores.
 * :mod:`.agent` — :class:`DeviceAgent`: the coordinator gate for every job, watchdogs, the outcome of each run.
 * :mod:`.diskwatch`, :mod:`.shmwatch` — what a job's directories hold on disk; the shared memory its processes
   hold outside the pool (both stop a job past its limit).
