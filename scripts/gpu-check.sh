@@ -114,6 +114,7 @@ else
 fi
 
 log "3/7 crash isolation: a sticky CUDA error and a SIGKILL in one job process each, beside a neighbour"
+[ -x /usr/bin/bwrap ] || log "   no /usr/bin/bwrap here: the test skips (its faulty project is not Zico's catalog project, so it runs only sandboxed)"
 if $PYTHON -c "import pytest" 2>/dev/null; then
   run_step crash_isolation 55 25 "$OUT/crash-isolation.log" $PYTHON -m pytest -m gpu tests/workers/test_gpu_crash_isolation.py \
     -q -rsP -s -p no:cacheprovider $plugins --junitxml="$OUT/crash-isolation.xml"
