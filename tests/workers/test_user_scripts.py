@@ -515,3 +515,22 @@ def test_shared_memory_counts_as_the_jobs_memory(tmp_path, mode):
         # counted: its anonymous start and the shared memory together passed the bound (how much of each depends
         # on when the 4 Hz watch looked)
         assert out["metrics"]["peak_shared_bytes"] >= 16 * MiB, out["metrics"]
+
+
+def test_memory_outside_the_allocator_is_bounded_by_the_devices_budget_when_no_margin_is_set(tmp_path):
+    # Note [A bound on memory outside the allocator] in workers.agent.settings: on the demo's 323 MiB device the
+    # margin is the budget, not 512 MiB; the same bound sizes the job's /dev/shm
+    from workers.agent.settings import device_bypass_margin
+
+    budget = 323 * MiB
+    assert device_bypass_margin(budget) == budget and device_bypass_margin(64 * MiB) == 256 * MiB
+    assert device_bypass_margin(80 << 30) == 512 * MiB
+    agent = DeviceAgent("cpu", 1 << 30, budget, None, AgentSettings(hang_timeout_s=120, startup_timeout_s=120))
+    try:
+        assert agent.bypass_margin() == budget
+        job = Job(tmp_path, 16, ["python", "leaks_python.py"])
+        run_together(agent, [job])
+    finally:
+        agent.close()
+    assert job.outcome["status"] == "failed", job.outcome
+    assert "over the 323.00 MiB allowed: stopped" in job.outcome["reason"], job.outcome["reason"]

@@ -44,6 +44,7 @@ Note [Outcome of a job process]
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -64,7 +65,7 @@ from . import diskwatch, sandbox, shmwatch
 from .launch import LIMIT_SIGNALS, JobProcess, crash_site, describe_exit, exit_signal, process_cpu_s
 from .pool import Pool
 from .slots import CpuSlots
-from .settings import AgentSettings
+from .settings import AgentSettings, device_bypass_margin
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,8 @@ class DeviceAgent:
                 spec.setdefault("budget_bytes", min(self.pool.budget_bytes, run.budget_bytes or self.pool.budget_bytes))
                 spec.setdefault("capacity_bytes", self.capacity_bytes)
             try:  # every job is a script for the job process entry, a catalog job the catalog project's
-                box = sandbox.Sandbox.for_job(run.job_id, spec, self.settings)
+                box = sandbox.Sandbox.for_job(run.job_id, spec,  # its /dev/shm is at most the margin
+                                              dataclasses.replace(self.settings, bypass_margin_bytes=self.bypass_margin()))
             except (userjob.SpecError, sandbox.SandboxUnavailable) as exc:
                 self._forget(run.job_id)
                 log.warning("job %s: not started: %s", run.job_id, exc)
@@ -419,6 +421,13 @@ class DeviceAgent:
         self._stop_over(run, proc, used, run.baseline_device_used, "device memory", "cudaMalloc, another library",
                         "NVML used", "at ready")
 
+    def bypass_margin(self) -> int:
+        """Bytes a job may hold outside the allocator beyond its baseline and share: ``ZICO_JOB_BYPASS_MARGIN_BYTES``
+        when set, else the device's (Note [A bound on memory outside the allocator] in workers.agent.settings)."""
+        if self.settings.bypass_margin_bytes is not None:
+            return self.settings.bypass_margin_bytes
+        return device_bypass_margin(self.pool.budget_bytes)
+
     def _stop_over(self, run: JobRun, proc: JobProcess, used: int, baseline: int, what: str, how: str,
                    used_name: str, baseline_name: str) -> None:
         """Kill ``run`` when ``used`` (bytes) exceeds ``baseline`` + its allowed share (with per-process pools the
@@ -426,7 +435,7 @@ class DeviceAgent:
         reason is a sentence for the job's user ("used 353.11 MiB of memory outside Zico's allocator (plain
         malloc, another library), over the 128.00 MiB allowed: stopped"); the figures behind it go to the log."""
         share = 0 if self.pool.shared else self.pool.budget_bytes
-        margin = self.settings.bypass_margin_bytes
+        margin = self.bypass_margin()
         limit = baseline + share + margin
         if used > limit and run.killed_reason is None:
             log.warning("job %s: %s %d bytes, %d %s; allowed above that: share %d + margin %d "

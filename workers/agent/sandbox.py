@@ -77,7 +77,7 @@ from typing import Any
 from zico_contracts import cpushare, userjob
 
 from . import seccomp
-from .settings import AgentSettings
+from .settings import BYPASS_MARGIN_MAX_BYTES, AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_PROJECT = REPO / "workers" / "job" / "catalog_project"  # Zico's own project: a catalog job's code
@@ -304,7 +304,8 @@ class Sandbox:
         # /dev/shm is a tmpfs of its own, at most the memory margin: what it holds is memory, counted with the
         # job's (Note [Shared memory of a job] in workers.agent.shmwatch)
         mounts += [["--bind", os.path.join(scratch, ".tmp"), "/tmp"],
-                   ["--perms", "01777", "--size", str(s.bypass_margin_bytes), "--tmpfs", "/dev/shm"]]
+                   ["--perms", "01777", "--size", str(s.bypass_margin_bytes or BYPASS_MARGIN_MAX_BYTES), "--tmpfs",
+                    "/dev/shm"]]  # the agent passes its device's margin (DeviceAgent.bypass_margin)
         first = len(mounts)  # the mounts that others may lie under (/tmp); their parents are made first
         mounts += [["--ro-bind", d, d] for d in _python_dirs()]
         mounts += [["--ro-bind", str(REPO / d), str(REPO / d)] for d in JOB_SIDE_DIRS]
