@@ -507,7 +507,8 @@ def test_shared_memory_counts_as_the_jobs_memory(tmp_path, mode):
     assert out["reason"].startswith("used "), out["reason"]
     assert ("MiB of memory outside Zico's allocator (plain malloc, shared memory, another library), over the "
             "128.00 MiB allowed: stopped") in out["reason"], out["reason"]
-    assert "held it all" not in job.stdout()
+    # (whether it reached 512 MiB before the 4 Hz watch looked depends on the machine's load: not asserted; on the
+    # old code the watch never counted it and the job held it for 30 s and succeeded)
     if mode == "devshm":
         full = [line for line in job.stdout() if line.startswith("/dev/shm full at ")]
         assert full and int(full[0].split()[3]) <= 128, job.stdout()
