@@ -7,22 +7,12 @@ import os
 
 import torch
 
+from uidtasks import uid_tasks  # beside this script
+
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 model(torch.randn(16, 8)).pow(2).mean().backward()
 opt.step()
-
-
-def uid_tasks():
-    n = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == os.getuid():
-                n += len(os.listdir(f"/proc/{pid}/task"))
-        except OSError:
-            pass
-    return n
-
 
 top, said = os.getpid(), False
 while True:

@@ -17,24 +17,14 @@ import time
 
 import torch  # a plain PyTorch script: one step, so the job is a training job like any other
 
+from uidtasks import uid_tasks  # beside this script
+
 model = torch.nn.Linear(4, 1)
 torch.optim.SGD(model.parameters(), lr=0.1).step()
 
 
 def report(**fields):
     print("LIMIT " + json.dumps(fields), flush=True)
-
-
-def uid_tasks():
-    """Threads of every process of this uid that this PID namespace shows (/proc/<pid>/task)."""
-    n = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == os.getuid():
-                n += len(os.listdir(f"/proc/{pid}/task"))
-        except OSError:
-            pass
-    return n
 
 
 mode = sys.argv[1]
