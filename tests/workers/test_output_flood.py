@@ -95,3 +95,37 @@ def test_the_line_rate_admits_bursts_then_the_rate():
     cutter.feed(b"half a li")
     cutter.discard()  # dropped with the rest: the next line starts clean
     assert cutter.feed(b"ne\nnext\n") == ["ne", "next"]
+
+
+def test_a_stream_that_ends_over_the_rate_keeps_its_last_lines_whatever_chunk_they_came_in():
+    # The containment suite's flood once lost "flood done": its last chunk was admitted in part, the note on the
+    # earlier drops went out and the chunk's own dropped lines (the last words among them) were forgotten.
+    from workers.agent.output import OUTPUT_TAIL_LINES, OutputDrain
+
+    now = [0.0]
+    drain = OutputDrain("stdout", 4096, 100, clock=lambda: now[0])  # a burst of 1000 lines
+    out = drain.feed(b"x\n" * 1000)
+    assert out == [("stdout", "x")] * 1000
+    assert drain.feed(b"y\n" * 500) == []  # past the rate: counted uncut
+    now[0] += 0.05  # five lines' worth: the last chunk is admitted in part
+    out = drain.feed(b"z\n" * 30 + b"flood done\n")
+    assert out[0][0] == "system" and "about 500 lines of stdout dropped" in out[0][1]
+    assert out[1:] == [("stdout", "z")] * 5
+    out = drain.close()
+    assert out[0] == ("system", "about 26 lines of stdout dropped: the job printed faster than 100 lines a second "
+                                f"(ZICO_JOB_OUTPUT_LINES_PER_S); its last {OUTPUT_TAIL_LINES} follow")
+    assert out[-1] == ("stdout", "flood done") and len(out) == 1 + OUTPUT_TAIL_LINES
+
+
+def test_a_stream_dropped_uncut_to_its_end_keeps_its_last_whole_lines():
+    from workers.agent.output import OutputDrain
+
+    drain = OutputDrain("stdout", 4096, 100, clock=lambda: 0.0)
+    drain.feed(b"a\n" * 1000)
+    assert drain.feed(b"b" * 100_000 + b"\nlast words\n") == []
+    out = drain.close()
+    assert out[0][0] == "system" and "about 2 lines" in out[0][1] and out[-1] == ("stdout", "last words")
+    seen = []
+    stderr = OutputDrain("stderr", 4096, 100, on_cut=seen.extend, clock=lambda: 0.0)
+    stderr.feed(b"e\n" * 1500)
+    assert len(seen) == 1500  # stderr is cut in full (a failed job's reason) though only the rate is handed on

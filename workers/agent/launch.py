@@ -32,7 +32,7 @@ from typing import Any, Callable
 from zico_contracts import agent as proto
 
 from . import shmwatch
-from .output import OUTPUT_TAIL_BYTES, OUTPUT_TAIL_LINES, LineCutter, LineRate
+from .output import OutputDrain
 from ..joblines import for_log
 
 log = logging.getLogger(__name__)
@@ -277,54 +277,22 @@ class JobProcess:
     def _drain(self, stream, name: str) -> None:
         """Cut ``stream`` into lines and hand on those the output rate admits (Note [A job's output rate] in
         :mod:`.output`), until EOF."""
-        cutter, rate = LineCutter(self._line_bytes), LineRate(self._lines_per_s)
+        drain = OutputDrain(name, self._line_bytes, self._lines_per_s,
+                            on_cut=self.stderr_tail.extend if name == "stderr" else None)
         fd = stream.fileno()
-        dropped = 0
-        tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)  # the last lines dropped
-        raw_tail = b""  # or the last bytes dropped uncut
         debug = log.isEnabledFor(logging.DEBUG)
         while True:
             try:
                 data = os.read(fd, 65536)
             except OSError:
                 data = b""
-            if data and name == "stdout" and rate.empty():  # past the rate: counted, never cut into lines
-                dropped += data.count(b"\n") + data.count(b"\r")
-                raw_tail = (raw_tail + data)[-OUTPUT_TAIL_BYTES:]
-                tail.clear()
-                cutter.discard()
-                continue
-            lines = cutter.feed(data) if data else cutter.close()
-            if name == "stderr":
-                self.stderr_tail.extend(lines)
-            admitted = rate.admit(len(lines))
-            if admitted < len(lines):
-                dropped += len(lines) - admitted
-                tail.extend(lines[admitted:])
-                raw_tail = b""
-            if dropped and (admitted or not data):
-                last = [] if data else (list(tail) or self._whole_lines(raw_tail))
-                self._emit("system", f"about {dropped} lines of {name} dropped: the job printed faster than "
-                                     f"{self._lines_per_s:g} lines a second (ZICO_JOB_OUTPUT_LINES_PER_S)"
-                                     + (f"; its last {len(last)} follow" if last else ""))
-                for line in last:  # the output ended over the rate: its last lines still reach the log
-                    self._emit(name, line)
-                dropped, raw_tail = 0, b""
-                tail.clear()
-            for line in lines[:admitted]:
-                if debug:  # Note [A job's lines in the worker's log]
-                    log.debug("%s", for_log(self.job_id, name, line))
-                self._emit(name, line)
+            for kind, line in drain.feed(data):
+                if debug and kind != "system":  # Note [A job's lines in the worker's log]
+                    log.debug("%s", for_log(self.job_id, kind, line))
+                self._emit(kind, line)
             if not data:
                 break
         stream.close()
-
-    def _whole_lines(self, data: bytes) -> list[str]:
-        """The last OUTPUT_TAIL_LINES whole lines of ``data``, the tail of a stream dropped uncut (its first line is
-        a fragment when ``data`` is OUTPUT_TAIL_BYTES long)."""
-        cutter = LineCutter(self._line_bytes)
-        lines = cutter.feed(data) + cutter.close()
-        return lines[1 if len(data) >= OUTPUT_TAIL_BYTES else 0:][-OUTPUT_TAIL_LINES:]
 
     def _emit(self, stream: str, line: str) -> None:
         if self._on_output is not None:

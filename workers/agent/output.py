@@ -20,6 +20,7 @@ Note [A job's output rate]
 """
 from __future__ import annotations
 
+import collections
 import re
 import time
 from typing import Callable
@@ -97,3 +98,70 @@ class LineRate:
         k = n if self._tokens >= n else int(self._tokens)
         self._tokens -= k
         return k
+
+
+class OutputDrain:
+    """One stream of a job (``"stdout"`` or ``"stderr"``) cut into lines under the output rate (Note [A job's
+    output rate]). :meth:`feed` each chunk of bytes as read, then :meth:`close` at EOF; each returns the
+    ``(stream, line)`` pairs to hand on in order: the stream's admitted lines, and ``"system"`` notes saying how many
+    were dropped (at EOF over the rate, followed by the stream's last ``OUTPUT_TAIL_LINES`` lines). ``on_cut`` gets
+    every line cut, admitted or not (a failed job's stderr tail). ``cap_bytes``: a line's cap; ``per_s``: lines a
+    second; ``clock``: seconds, for tests. Raises ValueError for ``cap_bytes < 1`` or ``per_s <= 0``."""
+
+    def __init__(self, stream: str, cap_bytes: int, per_s: float,
+                 on_cut: Callable[[list[str]], None] | None = None, clock: Callable[[], float] = time.monotonic):
+        self.stream, self.per_s, self._on_cut = stream, per_s, on_cut
+        self._cap = cap_bytes
+        self._cutter, self._rate = LineCutter(cap_bytes), LineRate(per_s, clock=clock)
+        self._dropped = 0
+        self._tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)  # last lines dropped
+        self._raw_tail = b""  # or the last bytes dropped uncut
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        if not data:
+            return self.close()
+        if self.stream == "stdout" and self._rate.empty():  # past the rate: counted, never cut into lines
+            self._dropped += data.count(b"\n") + data.count(b"\r")
+            self._raw_tail = (self._raw_tail + data)[-OUTPUT_TAIL_BYTES:]
+            self._tail.clear()
+            self._cutter.discard()
+            return []
+        return self._pass(self._cutter.feed(data), end=False)
+
+    def close(self) -> list[tuple[str, str]]:
+        """What is left at EOF: the unfinished line, and the note on lines dropped with the stream's last lines."""
+        return self._pass(self._cutter.close(), end=True)
+
+    def _pass(self, lines: list[str], end: bool) -> list[tuple[str, str]]:
+        if self._on_cut is not None and lines:
+            self._on_cut(lines)
+        out: list[tuple[str, str]] = []
+        admitted = self._rate.admit(len(lines))
+        if self._dropped and admitted:  # admitted again: say what was dropped before these lines
+            out.append(("system", self._note([])))
+            self._dropped, self._raw_tail = 0, b""
+            self._tail.clear()
+        out += [(self.stream, line) for line in lines[:admitted]]
+        if admitted < len(lines):  # dropped in this chunk: counted, and kept as the last lines so far
+            self._dropped += len(lines) - admitted
+            self._tail.extend(lines[admitted:])
+            self._raw_tail = b""
+        if end and self._dropped:  # the stream ended over the rate: its last lines still reach the log
+            last = list(self._tail) or self._whole_lines(self._raw_tail)
+            out.append(("system", self._note(last)))
+            out += [(self.stream, line) for line in last]
+            self._dropped, self._raw_tail = 0, b""
+            self._tail.clear()
+        return out
+
+    def _note(self, last: list[str]) -> str:
+        return (f"about {self._dropped} lines of {self.stream} dropped: the job printed faster than "
+                f"{self.per_s:g} lines a second (ZICO_JOB_OUTPUT_LINES_PER_S)"
+                + (f"; its last {len(last)} follow" if last else ""))
+
+    def _whole_lines(self, data: bytes) -> list[str]:
+        """The last OUTPUT_TAIL_LINES whole lines of ``data``, the tail of a stream dropped uncut (its first line is
+        a fragment when ``data`` is OUTPUT_TAIL_BYTES long)."""
+        cutter = LineCutter(self._cap)
+        lines = cutter.feed(data) + cutter.close()
+        return lines[1 if len(data) >= OUTPUT_TAIL_BYTES else 0:][-OUTPUT_TAIL_LINES:]
