@@ -16,6 +16,18 @@ at iteration granularity), yet a job whose iteration fits in a gap before an ear
 reservation starts at once. Reservations are recomputed at every decision from live progress,
 so budget changes and slower-than-predicted jobs take effect at the next decision.
 
+Recomputing lets a reservation slide, though: a job that jumps the line is planned with its shortest
+likely iteration (placement.pacing), then runs held at its peak through its forward pass and falls
+with its longest likely time, so the earlier waiter's next reservation lies later, and the next
+jump fits before that one. Found by the scheduler: three small scripts under a budget just above
+what they need together, the LSTM (the largest peak) was predicted at 94x, starved outright in
+many time scalings (every start of the other two fitted before its sliding reservation). So
+backfilling has a patience: once the head of the line has waited PATIENCE_ITERATIONS of the
+longest expected iteration on the device, nobody behind it starts (reason ``"line"``) until it has
+started; the iterations in flight then end and it fits, or it runs alone (Note [Running alone]).
+This is the starvation guard of EASY backfilling (Lifka, "The ANL/IBM SP scheduling system", 1995):
+a head waits at most its patience plus one iteration of each job in flight.
+
 Note [Held at the peak]
 ~~~~~~~~~~~~~~~~~~~~~~~
 An iteration in flight whose progress is unknown (its forward pass: the rise may come at any moment)
@@ -56,6 +68,10 @@ DELAY_RECORDS_MAX = 4096
 # Note [Held at the peak]: a held job holds its peak for this many of the device's longest expected iterations,
 # long enough to cover the whole iteration of any job admitted beside it.
 HOLD_ITERATIONS = 2.0
+
+# Note [Waiting line]: how long (in the device's longest expected iterations) the head of the line lets later
+# requests start before it; then they wait until it has started.
+PATIENCE_ITERATIONS = 1.0
 
 # Default bins per shortest iteration for gating decisions (see Note [Gating rule]).
 DEFAULT_RESOLUTION = 256
@@ -304,9 +320,13 @@ class Coordinator:
                       if s.requested_at is not None and not s.in_flight)
         reserved: dict[Hashable, float] = {}
         alone_ahead = False  # an earlier waiter will run alone next (Note [Running alone])
+        patience_s = PATIENCE_ITERATIONS * max(s.iteration_s for s in self._jobs.values())
+        head_waited_s = now - line[0][0] if line else 0.0
         for _, _, waiter in line:
             if waiter == job_id and alone_ahead:
                 return Decision(False, None, "line")
+            if waiter == job_id and reserved and head_waited_s >= patience_s:  # the head's patience is spent
+                return Decision(False, reserved.get(line[0][2]), "line")
             others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
             me = Commitment(ws.curve, ws.iteration_s, loaded=ws.loaded)

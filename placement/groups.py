@@ -28,7 +28,7 @@ from .state import Job, SharingPlan
 __all__ = ["DEFAULT_RESOLUTION", "PERIOD_RTOL", "best_shifts", "contention_factor", "equal_periods",
            "exact_peak", "peak_by_shift", "plan_group", "predict_gated"]
 
-PREDICT_ITERATIONS = 2      # longest-job iterations per half of a gating prediction (see predict_gated)
+PREDICT_ITERATIONS = 4      # longest-job iterations per half of a gating prediction (see predict_gated)
 PREDICT_RESOLUTION = 32     # coordinator bins per shortest iteration in predictions (speed over precision)
 
 
@@ -78,8 +78,8 @@ def predict_gated(jobs: Sequence[Job], budget_bytes: float, iterations: int = PR
 
     Returns (peak bytes measured, or 0.0 without ``track_memory``; per-job slowdown). Each job runs
     the agent's own rules on the coordinator (placement.pacing, warm-up included, in the first half).
-    With the defaults a prediction takes a few ms; on the scale benchmark's workload pairs its
-    slowdowns lie within 8 % (median) of a 24-iteration run at 128 bins
+    With the defaults a prediction takes about 10 ms; on the scale benchmark's workload pairs its
+    slowdowns lie within 3.6 % (median; 8.3 % at the 90th percentile) of a 24-iteration run at 128 bins
     (``scripts/bench_placement.py --accuracy``, docs/placement.md).
     """
     from .device_sim import DeviceRun  # device_sim imports the coordinator, which imports gating

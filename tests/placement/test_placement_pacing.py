@@ -98,3 +98,35 @@ def test_the_demo_pair_shares_its_device_within_budget_through_the_pacers():
     run.run_until_idle()
     assert not run.jobs and run.stats.violations == 0
     assert run.stats.peak_bytes <= budget * (1 + 1e-6)
+
+
+def test_a_job_behind_others_that_jump_the_line_waits_at_most_its_patience_and_their_iterations():
+    """Three small scripts' measured curves under a budget just above what they need together, timed as on a
+    loaded host: the MLP and the Transformer, planned with their shortest iteration, each fitted before the LSTM's
+    reservation, then held their peak and fell slowly, so the reservation slid past every next start and the LSTM
+    waited 4.2 s for its first iteration and started 2 in 10 s (predicted slowdown inf; Note [Waiting line])."""
+    from placement.coordinator import PATIENCE_ITERATIONS
+    from placement.gating import planning_curve
+    from placement.groups import predict_gated
+
+    d = json.loads((DATA / "three-scripts-profile.json").read_text())
+    budget = d["budget_bytes"] * (1 - d["gate_headroom"])  # the scheduler's plan for the device
+    timing = {"mlp": (1.45, 0.5), "lstm": (1.71, 0.1), "transformer": (2.03, 0.3)}  # (x solo time, compute share)
+    jobs = []
+    for name, (stretch, share) in timing.items():
+        c = planning_curve(curve_from_dict(d["curves"][name]))  # as the scheduler's snapshot plans it
+        c = type(c)(fractions=c.fractions, bytes=c.bytes, iteration_s=c.iteration_s * stretch,
+                    persistent_bytes=c.persistent_bytes, source=c.source, device=c.device, meta=c.meta)
+        jobs.append(Job(id=name, tenant="t", curve=c, compute_share=share))
+    run = DeviceRun(budget, resolution=32)
+    for j in jobs:
+        run.add_job(j, 1000)
+    run.advance_to(10.0)
+    longest = max(j.curve.iteration_s for j in jobs)  # contention factor 1: the shares sum below 1
+    waits = {}
+    for r in run.gate.delays:
+        waits[r.job_id] = max(waits.get(r.job_id, 0.0), r.delay_ms / 1000)
+    assert max(waits.values()) <= (PATIENCE_ITERATIONS + 2) * longest, (waits, longest)
+    assert run.stats.violations == 0
+    _, slowdown = predict_gated(jobs, budget)
+    assert max(slowdown) < 5, slowdown
