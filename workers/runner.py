@@ -20,7 +20,8 @@ Note [A script's profile is the start of its run]
     on its device or beside jobs of known memory (Note [Where a script is profiled] in
     zico.scheduling.service), and sends ``run_job`` with ``profile``
     (``warmup``, ``steady``, ``time_limit_s``). The script starts as any run does, ungated (it has no curve
-    yet; the device's budget still holds it); its first ``warmup + steady`` iterations are traced through
+    yet; its own budget holds it, or beside other jobs without one the default bound the spec carries as its
+    budget, lifted at its curve, else the device's budget); its first ``warmup + steady`` iterations are traced through
     the allocator (``workers.job.entry``), then the job process sends ``profiled`` and goes on training.
     Here the trace becomes the curve (:func:`workers.profiletrace.profiled_curve`), sent as ``profile_done`` with the placement
     (the web side stores it as the job's MemoryProfile, which reruns of the same code and command reuse,
@@ -81,7 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zico_contracts import jobmetrics, userjob, walltime
+from zico_contracts import jobbudget, jobmetrics, userjob, walltime
 from zico_contracts.specs import RunSpec, SpecError  # noqa: F401  (SpecError: for importers)
 
 from . import jobdisk
@@ -103,18 +104,23 @@ def _report_delays(link, spec: RunSpec, iteration: int, totals: dict | None) -> 
         link.emit("job_delay", job=spec.job, placement=spec.placement, iteration=iteration, **totals)
 
 
-def slowdown_metrics(spec: RunSpec, train_s: float, ran: int) -> dict[str, Any]:
+def slowdown_metrics(spec: RunSpec, train_s: float, ran: int, beside_iteration_s: float | None = None
+                     ) -> dict[str, Any]:
     """Measured and predicted slowdown on one definition (Note [Slowdown, predicted and measured] in
-    zico.web.job_panels): ``mean_iteration_s`` (train seconds / iterations, gate waits included) over
-    ``solo_iteration_s``, the iteration time of the curve the placement was planned with (``spec.curve``);
-    ``predicted_slowdown`` is this job's entry of the plan. Keys absent when unknown."""
+    zico.web.job_panels): ``slowdown`` is ``beside_iteration_s`` (the agent's mean iteration beside a neighbour,
+    Note [Slowdown beside neighbours] in workers.agent.agent) over ``solo_iteration_s``, the iteration time of
+    the curve the placement was planned with (``spec.curve``), or the whole run's where the job never had one;
+    ``slowdown_run`` is always the whole run's ``mean_iteration_s`` (train seconds / iterations, gate waits
+    included) over it; ``predicted_slowdown`` is this job's entry of the plan. Keys absent when unknown."""
     out: dict[str, Any] = {}
     if ran > 0 and train_s > 0:
         out["mean_iteration_s"] = round(train_s / ran, 6)
     solo_s = (spec.curve or {}).get("iteration_s")
     if solo_s and "mean_iteration_s" in out:
         out["solo_iteration_s"] = solo_s
-        out["slowdown"] = round((train_s / ran) / float(solo_s), 4)
+        out["slowdown_run"] = round((train_s / ran) / float(solo_s), 4)
+        out["slowdown"] = (round(beside_iteration_s / float(solo_s), 4) if beside_iteration_s
+                           else out["slowdown_run"])
     ids, predicted = spec.plan.get("job_ids"), spec.plan.get("predicted_slowdown")
     if isinstance(ids, list) and isinstance(predicted, list) and len(ids) == len(predicted) and spec.job in ids:
         out["predicted_slowdown"] = predicted[ids.index(spec.job)]
@@ -228,7 +234,10 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
         job = JobRun(job_id, proc_spec, curve=spec.curve, placement=spec.placement, on_message=relay.on_message,
                      stop_check=lambda: "aborted" if claim.superseded else link.stop_requested(job_id, spec.placement),
                      tenant_id=spec.tenant or 0, budget_bytes=spec.job_budget_bytes, on_output=output.line,
-                     wall_limit=spec.wall_limit)
+                     wall_limit=spec.wall_limit, budget_default=spec.job_budget_default)
+        if spec.job_budget_default:  # Note [Where a script is profiled] in zico.scheduling.service
+            output.line("system", f"profiled beside other jobs under {jobbudget.describe(spec.job_budget_bytes)} "
+                                  "(no --budget given): it holds until the memory curve is stored")
         if spec.wall_limit is not None:  # Note [A job's wall-clock limit] in workers.agent.agent
             output.line("system", f"wall-clock limit: {walltime.describe(spec.wall_limit)}, from the start of the "
                                   "job's process")
@@ -275,7 +284,7 @@ def _run(rt: DeviceRuntime, spec: RunSpec, claim: _Claim) -> dict[str, Any]:
     metrics.update(relay.delays.metrics(), wall_s=round(time.monotonic() - t_setup, 3), pid=result.get("pid"))
     ran = int(metrics.get("iterations_this_run") or metrics.get("iterations_done") or 0)  # catalog | script
     train_s = float(metrics.get("train_s") or 0.0)
-    metrics.update(slowdown_metrics(spec, train_s, ran))
+    metrics.update(slowdown_metrics(spec, train_s, ran, metrics.get("beside_iteration_s")))
     outcome.update(status=result["status"], reason=result.get("reason", ""), metrics=metrics)
     if outcome["status"] != "aborted":
         link.emit("job_finished", job=job_id, placement=spec.placement, status=outcome["status"],

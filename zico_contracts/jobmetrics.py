@@ -22,6 +22,7 @@ from typing import Any
 
 from zico_contracts.computeshare import METRIC as COMPUTE_SHARE
 from zico_contracts.cpushare import METRIC as CPU_SHARE
+from zico_contracts.jobbudget import REFUSALS_METRIC as JOB_BUDGET_REFUSALS
 
 RUNTIME_METRICS = frozenset({
     "iterations_done", "run_s", "train_s", "iterations_per_s", "gate_delay_s", "gate_waits",
@@ -30,9 +31,11 @@ RUNTIME_METRICS = frozenset({
 WORKER_METRICS = frozenset({
     COMPUTE_SHARE, CPU_SHARE, "delays", "delay_s", "delay_max_s", "gate_wait_s", "peak_rss_anon_bytes",
     "peak_shared_bytes", "peak_disk_bytes", "wall_s", "pid",
-    "mean_iteration_s", "solo_iteration_s", "slowdown", "predicted_slowdown",
+    "mean_iteration_s", "solo_iteration_s", "slowdown", "slowdown_run", "predicted_slowdown",
+    "beside_iteration_s", "iterations_beside",
     "output_files", "output_bytes", "output_skipped", "output_skipped_count",
     "environment",  # the job's own environment (workers.jobenv): key, packages, build time
+    JOB_BUDGET_REFUSALS,  # allocations the agent pool refused for the job's own budget (zico_contracts.jobbudget)
 })
 PLATFORM_METRICS = RUNTIME_METRICS | WORKER_METRICS
 NAME_MAX_CHARS = 100  # the web side stores a metric's name in at most this many characters

@@ -16,6 +16,9 @@ Run spec (:class:`RunSpec`)::
     tenant          int | null  the job's tenant id (the pool scrubs a chunk that moves to another tenant)
     job_budget_bytes int | null the job's own budget: the most bytes the device agent lets its process hold
                                 (Note [A job's own budget] in the allocator's agent_server.cpp); null: none
+    job_budget_default bool     (absent: false) job_budget_bytes is the platform's default bound of a script
+                                without a budget profiled beside other jobs, not the job's own
+                                (zico_contracts.jobbudget); the agent lifts it once the job's curve is stored
     wall_limit      obj | null  the job's hard wall-clock limit, {"seconds": number > 0, "source": "job" |
                                 "tenant" | "platform"} (zico_contracts.walltime): the device agent stops its
                                 process that long after launch and fails the job naming it; null or absent: none
@@ -38,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from zico_contracts import jobbudget
 from zico_contracts.codejob import CodeSpec, CodeSpecError
 from zico_contracts.walltime import FIELD as WALL_LIMIT, WallLimit, WallLimitError
 
@@ -81,6 +85,18 @@ def _job_budget(spec: dict) -> int | None:
     value = spec.get("job_budget_bytes")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise SpecError("job_budget_bytes", f"expected a positive number of bytes, got {value!r}")
+    return value
+
+
+def _budget_default(spec: dict, budget: int | None, profile: dict | None) -> bool:
+    """``job_budget_default`` (zico_contracts.jobbudget.SPEC_FIELD): absent or a bool, true only with a
+    ``job_budget_bytes`` and a ``profile`` (the bound is a profiled script's). Raises SpecError naming it."""
+    value = spec.get(jobbudget.SPEC_FIELD, False)
+    if not isinstance(value, bool):
+        raise SpecError(jobbudget.SPEC_FIELD, f"expected true or false, got {value!r}")
+    if value and (budget is None or profile is None):
+        raise SpecError(jobbudget.SPEC_FIELD, "a default bound needs job_budget_bytes and profile (a script profiled "
+                                              "as its run starts)")
     return value
 
 
@@ -133,6 +149,10 @@ class RunSpec:
             None for a job that has its curve (and for every catalog job, which profile_job profiles).
         job_budget_bytes: the job's own budget (bytes), which the device agent never lets its process pass;
             None: only the device's budget holds it.
+        job_budget_default: True when ``job_budget_bytes`` is not the job's own but the platform's default bound of
+            a script without a budget profiled beside other jobs (zico_contracts.jobbudget): the agent holds it
+            the same way until the job's curve is stored, then lifts it. Only with ``job_budget_bytes`` and
+            ``profile``.
         wall_limit: the job's hard wall-clock limit (seconds since its process was launched, and its source), which
             the device agent enforces (Note [A job's wall-clock limit] in workers.agent.agent); None: none.
     """
@@ -150,6 +170,7 @@ class RunSpec:
     profile: dict[str, Any] | None = None
     job_budget_bytes: int | None = None
     wall_limit: WallLimit | None = None
+    job_budget_default: bool = False
 
     @classmethod
     def from_dict(cls, job_id: Any, spec: Any) -> "RunSpec":
@@ -166,8 +187,9 @@ class RunSpec:
         plan = spec.get("plan") or {}
         if not isinstance(plan, dict):
             raise SpecError("plan", "expected a JSON object")
+        budget, profile = _job_budget(spec), _profile(spec, code)
         return cls(job_id, workload, params, placement, run_token, curve, plan, _optional_text(spec, "job_created_at"),
-                   tenant, code, _profile(spec, code), _job_budget(spec), _wall_limit(spec))
+                   tenant, code, profile, budget, _wall_limit(spec), _budget_default(spec, budget, profile))
 
     parse = from_dict  # the worker's older name
 
@@ -179,6 +201,8 @@ class RunSpec:
                "job_created_at": self.job_created_at, "tenant": self.tenant, **_code_fields(self.code)}
         if self.job_budget_bytes is not None:
             out["job_budget_bytes"] = self.job_budget_bytes
+        if self.job_budget_default:
+            out[jobbudget.SPEC_FIELD] = True
         if self.profile is not None:
             out["profile"] = self.profile
         out.update(_wall_limit_field(self.wall_limit))

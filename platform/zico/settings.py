@@ -239,6 +239,22 @@ ZICO_PROFILE_TIME_LIMIT_S = _positive("ZICO_PROFILE_TIME_LIMIT_S", 120.0, float)
 # however its tenant's maximum or its own request are set (the least of the three holds, zico_contracts.walltime);
 # the device agent stops a job past it and fails it naming the limit (docs/operations.md).
 ZICO_JOB_TIME_LIMIT_S = _positive("ZICO_JOB_TIME_LIMIT_S", 24 * 3600.0, float)
+# The default bound of a script job without a budget of its own while it is profiled beside jobs of known memory:
+# this fraction of the device's budget at most (0 to 1; 0: such a job is profiled alone only, as before). The
+# knob, its default (0.5) and why: zico_contracts.jobbudget; where it applies: Note [Where a script is profiled]
+# in zico.scheduling.service; docs/operations.md.
+def _default_budget_fraction() -> float:
+    from zico_contracts import jobbudget
+
+    try:
+        return jobbudget.fraction(env.str(jobbudget.FRACTION_ENV, default=""))
+    except jobbudget.BudgetKnobError as exc:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(str(exc)) from None
+
+
+ZICO_JOB_DEFAULT_BUDGET_FRACTION = _default_budget_fraction()
 
 # --- Code jobs: archives, outputs, logs, the worker-facing API (zico/jobs/code.py, docs/cli.md) ---------
 # Uploaded code archives, content-addressed (<sha256>.tar.gz | .zip); limits: Note [Code archive limits]

@@ -5,22 +5,18 @@ and its peak; its neighbour succeeds; the device's stored peak reserved stays wi
 
 Real PostgreSQL, real Redis (private), a real web server, and the real processes (consumer, scheduler, one CPU
 device worker, sandboxed job processes)."""
-import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-from tests.support.cli import zico
+from tests.support.script_device import submit_scripts
 from django.db.models import Max
 
 from zico.jobs.models import Job
 from zico.telemetry.models import TimelinePoint
-from zico.tenants.models import ApiToken
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "user_scripts"
 MiB = 1 << 20
 DEVICE_BUDGET = 323 * MiB  # the demo's device (scripts/demo.py picks about this on 2 cores)
 
@@ -30,29 +26,9 @@ DEVICE_BUDGET = 323 * MiB  # the demo's device (scripts/demo.py picks about this
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (the user-script sandbox) is not installed")
 def test_a_leaker_fails_at_its_own_budget_and_its_neighbour_succeeds(stack, waiter, tenant_owner, live_server,
                                                                       tmp_path, settings):
-    stack.env.update(ZICO_WORKER_API_URL=live_server.url, ZICO_VAR_DIR=str(tmp_path / "var"),
-                     ZICO_PROFILE_TIME_LIMIT_S="300", ZICO_JOB_FILES_DIR=str(settings.ZICO_JOB_FILES_DIR))
-    settings.ZICO_WORKER_API_URL = live_server.url
-    stack.consumer(lost_after_s=15)
-    stack.worker("--kind", "cpu", "--capacity", "512MiB", "--budget", str(DEVICE_BUDGET), "--slots", "2",
-                 "--loglevel", "INFO")
-    device = stack.registered_device()
-    _, owner = tenant_owner
-    _, secret = ApiToken.issue(owner, "cli")
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("mlp_adam.py", "leaks_tensors.py"):
-        shutil.copy(SCRIPTS / name, project / name)
-    home = tmp_path / "home"
-    home.mkdir()
-    assert zico(home, "login", live_server.url, "--token", secret).returncode == 0
-    ids = {}
-    for name, extra, argv in (("mlp", [], ["python", "mlp_adam.py", "--steps", "1500"]),
-                              ("leaker", ["--budget", "128MiB"], ["python", "leaks_tensors.py"])):
-        out = zico(home, "submit", "--json", "--name", name, *extra, str(project), "--", *argv)
-        assert out.returncode == 0, out.stderr
-        ids[name] = json.loads(out.stdout)["job"]["id"]
-    stack.scheduler("--interval", "1")
+    device, ids = submit_scripts(stack, tenant_owner, live_server, tmp_path, settings, DEVICE_BUDGET, ("mlp_adam.py", "leaks_tensors.py"),
+                                 [("mlp", [], ["python", "mlp_adam.py", "--steps", "1500"]),
+                                 ("leaker", ["--budget", "128MiB"], ["python", "leaks_tensors.py"])])
     ended = ("succeeded", "failed", "cancelled")
     waiter(lambda: all(Job.objects.get(pk=i).status in ended for i in ids.values()), 600, "both jobs to end")
     mlp, leaker = Job.objects.get(pk=ids["mlp"]), Job.objects.get(pk=ids["leaker"])

@@ -3,7 +3,8 @@ in workers/runner.py): the round places it in a placement of its own (queued -> 
 ``run_job`` carrying its profile, on a device where nothing of unknown memory runs (Note [Where a script is
 profiled]); while it is profiled the device takes no other job; its curve moves it to running, and the next
 round sees the device hold a job of known memory and places the next one beside it. A lost worker returns it to
-the queue. Real PostgreSQL and the real Redis broker."""
+the queue. Beside jobs of known memory a job without a budget runs under the default bound (in its run spec); one
+stopped at it goes back to the queue and is profiled alone. Real PostgreSQL and the real Redis broker."""
 import hashlib
 import uuid
 
@@ -98,15 +99,17 @@ def test_a_script_job_is_placed_to_be_profiled_as_it_runs_and_its_curve_opens_th
 
 
 def test_a_job_with_its_own_budget_is_profiled_beside_jobs_it_fits_beside(cluster, tenant, make_job,
-                                                                           make_script_job):
+                                                                           make_script_job, settings):
+    settings.ZICO_JOB_DEFAULT_BUDGET_FRACTION = 0.0  # the default bound off: a job without a budget is profiled alone
     for d in cluster[1:]:
         d.set_status("draining")
     running = make_job(tenant, curve=triangular_curve(GiB, 10 * GiB, 0.2))
     lifecycle.place(cluster[0], [running], {})
-    unknown = make_script_job(tenant)  # no budget: profiled alone only
+    unknown = make_script_job(tenant)  # no budget, no default bound: profiled alone only
     Scheduler().run_round()
     unknown.refresh_from_db()
-    assert unknown.status == "queued" and "profiled alone there" in unknown.waiting_reason
+    assert unknown.status == "queued" and "profiled alone there (ZICO_JOB_DEFAULT_BUDGET_FRACTION is 0)" in \
+        unknown.waiting_reason, unknown.waiting_reason
     fits = make_script_job(tenant, command=("python", "small.py"), budget_bytes=4 * GiB)  # 16 - 10 >= 4
     too_big = make_script_job(tenant, command=("python", "big.py"), budget_bytes=8 * GiB)
     Scheduler().run_round()
@@ -149,3 +152,131 @@ def test_a_profile_the_worker_could_not_build_fails_the_job_and_stops_its_run(cl
                                   curve=triangular_curve(GiB, 2 * GiB, 0.1).to_dict()), broker)
     assert Job.objects.get(pk=other.pk).status == "profiling" and not MemoryProfile.objects.filter(job=other).exists()
     broker.delete(keys.cancel_key(script.pk))
+
+
+# -- Note [Where a script is profiled]: a job without a budget, beside jobs of known memory, under the default bound
+
+
+def _run_spec(queued_messages, placement):
+    [(task, args)] = [m for m in queued_messages(placement.device.queue) if m[1][1]["placement"] == placement.pk]
+    assert task == RUN_TASK
+    return args[1]
+
+
+def _one_device_running(cluster, tenant, make_job, peak_bytes):
+    """Device 0 runs one job of known memory (``peak_bytes``); the other device is draining."""
+    for d in cluster[1:]:
+        d.set_status("draining")
+    running = make_job(tenant, curve=triangular_curve(GiB, peak_bytes, 0.2))
+    lifecycle.place(cluster[0], [running], {})
+    return running
+
+
+def test_a_script_without_a_budget_is_profiled_beside_known_jobs_under_the_default_bound(
+        cluster, tenant, make_job, make_script_job, queued_messages, settings):
+    assert settings.ZICO_JOB_DEFAULT_BUDGET_FRACTION == 0.5  # the documented default
+    _one_device_running(cluster, tenant, make_job, 4 * GiB)
+    script = make_script_job(tenant)
+    res = Scheduler().run_round()
+    script.refresh_from_db()
+    assert res.profiling == [script.pk] and script.status == "profiling"
+    placement = script.active_placement()
+    assert placement.device_id == cluster[0].pk and placement.plan["default_budget_bytes"] == 8 * GiB  # half of 16
+    spec = _run_spec(queued_messages, placement)
+    assert spec["job_budget_bytes"] == 8 * GiB and spec["job_budget_default"] is True and spec["profile"]
+    assert script.budget_bytes is None  # the job's own field stays unset: the bound is the platform's
+
+
+def test_the_default_bound_is_what_the_device_budget_leaves_beside_the_peaks(
+        cluster, tenant, make_job, make_script_job, queued_messages):
+    _one_device_running(cluster, tenant, make_job, 10 * GiB)
+    script = make_script_job(tenant)
+    Scheduler().run_round()
+    placement = Job.objects.get(pk=script.pk).active_placement()
+    assert placement is not None and _run_spec(queued_messages, placement)["job_budget_bytes"] == 6 * GiB  # 16 - 10
+
+
+def test_a_script_without_a_budget_waits_where_too_little_is_left_beside_the_peaks(
+        cluster, tenant, make_job, make_script_job):
+    _one_device_running(cluster, tenant, make_job, 16 * GiB - 32 * (1 << 20))  # 32 MiB left, under the 64 MiB floor
+    script = make_script_job(tenant)
+    Scheduler().run_round()
+    script.refresh_from_db()
+    assert script.status == "queued", script.status
+    assert ("running 1 job(s) with 15.97 GiB of peaks, 32.00 MiB of its budget left: under the 64.00 MiB a job "
+            "without a budget needs to be profiled beside other jobs") in script.waiting_reason, script.waiting_reason
+    assert "no device is free to profile it on" in script.waiting_reason
+
+
+def _finish(device, job, placement, status, reason, metrics):
+    handlers.on_job_finished(_msg("job_finished", device, job=job.pk, placement=placement.pk, status=status,
+                                  reason=reason, metrics=metrics), _Redis())
+
+
+OOM_AT_BOUND = ("OutOfMemoryError: the allocator refused 2.00 MiB for job 9 on the CPU: the device agent refused more "
+                "memory: agent refused: job budget: this job would hold 6.00 GiB, past its budget of 6.00 GiB")
+
+
+def test_a_run_stopped_at_its_default_bound_is_requeued_and_then_profiled_alone(
+        cluster, tenant, make_job, make_script_job, queued_messages):
+    running = _one_device_running(cluster, tenant, make_job, 10 * GiB)
+    script = make_script_job(tenant)
+    Scheduler().run_round()
+    script.refresh_from_db()
+    placement = script.active_placement()
+    device = placement.device
+    handlers.on_job_started(_msg("job_started", device, job=script.pk, placement=placement.pk, resumed_from=0,
+                                 iterations=0), _Redis())
+    _finish(device, script, placement, "failed", OOM_AT_BOUND, {"job_budget_refusals": 1, "peak_reserved_bytes": 6 * GiB})
+    script.refresh_from_db()
+    placement.refresh_from_db()
+    assert script.status == "queued" and not script.failure_reason and placement.ended_at is not None
+    move = script.events.filter(kind="status_change").latest("time")
+    assert move.details["reason"] == ("needed more than the 6.00 GiB default bound beside the device's jobs while "
+                                      "profiled: it will be profiled alone; submit with --budget to say what it "
+                                      "needs"), move.details
+    assert move.details["from"] == "profiling" and move.details["bound_bytes"] == 6 * GiB
+    assert script.metrics["default_bound_exceeded"] == {"bound_bytes": 6 * GiB, "device": str(device), "refusals": 1,
+                                                        "peak_reserved_bytes": 6 * GiB}
+    assert "job_budget_refusals" not in script.metrics  # the stopped run's figures are not the job's
+
+    # while the device runs its job, the script waits, saying it is profiled alone
+    Scheduler().run_round()
+    script.refresh_from_db()
+    assert script.status == "queued" and ("this job is profiled alone (it needed more than its default bound "
+                                          "beside other jobs)") in script.waiting_reason, script.waiting_reason
+    # the device empty, it is profiled alone there: no bound but the device's budget
+    lifecycle.finish(Job.objects.get(pk=running.pk), "succeeded", device)
+    handlers.end_placement_if_done(running.active_placement(), "test: done")
+    Scheduler().run_round()
+    script.refresh_from_db()
+    alone = script.active_placement()
+    assert script.status == "profiling" and alone.pk != placement.pk and "default_budget_bytes" not in alone.plan
+    spec = _run_spec(queued_messages, alone)
+    assert "job_budget_bytes" not in spec and "job_budget_default" not in spec
+    # alone, an out-of-memory is an ordinary failure: requeued once, never twice
+    _finish(device, script, alone, "failed", "OutOfMemoryError: the device budget of 16.00 GiB was reached", {})
+    script.refresh_from_db()
+    assert script.status == "failed" and "16.00 GiB" in script.failure_reason
+
+
+def test_a_run_under_the_default_bound_that_failed_otherwise_fails(cluster, tenant, make_job, make_script_job):
+    _one_device_running(cluster, tenant, make_job, 10 * GiB)
+    script = make_script_job(tenant)
+    Scheduler().run_round()
+    placement = Job.objects.get(pk=script.pk).active_placement()
+    _finish(placement.device, script, placement, "failed", "ValueError: bad shape", {"peak_reserved_bytes": GiB})
+    script.refresh_from_db()
+    assert script.status == "failed" and script.failure_reason.startswith("ValueError: bad shape")
+
+
+def test_a_run_stopped_at_its_own_budget_fails_the_user_chose_it(cluster, tenant, make_job, make_script_job):
+    _one_device_running(cluster, tenant, make_job, 10 * GiB)
+    script = make_script_job(tenant, budget_bytes=4 * GiB)
+    Scheduler().run_round()
+    placement = Job.objects.get(pk=script.pk).active_placement()
+    assert "default_budget_bytes" not in placement.plan
+    _finish(placement.device, script, placement, "failed", "agent refused: job budget: past its budget of 4.00 GiB",
+            {"job_budget_refusals": 2})
+    script.refresh_from_db()
+    assert script.status == "failed" and "past its budget of 4.00 GiB" in script.failure_reason

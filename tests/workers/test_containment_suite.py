@@ -44,7 +44,7 @@ from placement.coordinator import Coordinator
 from placement.curves import triangular_curve
 from tools.bench.schedstat import thread_ns
 from workers.agent import AgentSettings, DeviceAgent
-from zico_contracts import walltime
+from zico_contracts import jobbudget, walltime
 
 from .test_user_scripts import Job, run_together
 
@@ -194,10 +194,22 @@ class Scenario:
     # gated with a small curve (what an earlier, benign run of its code measured, or its own first iterations:
     # Note [A script's profile is the start of its run] in workers/runner.py); False: no curve yet, not gated
     gated: bool = True
+    # profiled beside the neighbour under the default bound, as the scheduler places a script without a budget
+    # (Note [Where a script is profiled] in zico.scheduling.service): budget_bytes is worked out from the neighbour's
+    # peak alone (zico_contracts.jobbudget.default_bound) and flagged as the default
+    default_bound: bool = False
 
 
 def leaker_check(job, figures):
     assert figures["hostile_held_peak"] <= JOB_BUDGET, figures  # its own budget held, to the byte
+
+
+def default_bound_check(job, figures):
+    assert figures["hostile_held_peak"] <= figures["bound"], figures  # the default bound held, to the byte
+    refusals = job.outcome["metrics"].get(jobbudget.REFUSALS_METRIC)
+    figures["refusals"] = refusals
+    # what the web side reads to requeue it to be profiled alone rather than fail it (zico.telemetry.handlers)
+    assert jobbudget.stopped_at_bound(job.outcome["status"], job.outcome["metrics"]), figures
 
 
 def bomb_check(job, figures):
@@ -249,6 +261,9 @@ SCENARIOS = [
              (("OutOfMemoryError", "agent refused: budget: this job would hold", "its plan gives it"),)),  # a plan]
     Scenario("leaker without a budget, not gated (no curve yet)", ["python", "leaks_tensors.py"], "failed",
              (("OutOfMemoryError", "agent refused: budget: waited"),), gated=False),
+    Scenario("leaker without a budget, profiled beside under the default bound", ["python", "leaks_tensors.py"],
+             "failed", (("agent refused: job budget", "past its budget of", "its peak"),), gated=False,
+             default_bound=True, check=default_bound_check),
     Scenario("memory outside the allocator (bytearray)", ["python", "leaks_python.py"], "failed", (MEMORY_WATCH,)),
     # the job's processes count together: the children's copied pages pass the margin before the hang timeout
     Scenario("fork bomb", ["python", "fork_bomb.py"], "failed", (MEMORY_WATCH, HANG_WATCHDOG), check=bomb_check),
@@ -280,6 +295,9 @@ def test_a_hostile_job_is_stopped_and_its_neighbour_trains_as_alone(tmp_path, al
     hostile = Quiet(tmp_path, hostile_id, scenario.argv)
     hostile.uid = agent.settings.job_uid(hostile_id)
     small = triangular_curve(4 * MiB, 8 * MiB, iteration_s=alone["step_s"]).to_dict()  # Scenario.gated
+    budget, bound = scenario.budget_bytes, None
+    if scenario.default_bound:
+        budget = bound = jobbudget.default_bound(BUDGET, alone["peak_held"], jobbudget.DEFAULT_FRACTION, 64 * MiB)
     seen = {"rss_start": rss_bytes(), "rss_peak": 0}
     done = threading.Event()
 
@@ -296,8 +314,8 @@ def test_a_hostile_job_is_stopped_and_its_neighbour_trains_as_alone(tmp_path, al
     try:
         run_together(agent, [neighbour, hostile],
                      extra={NEIGHBOUR: {"curve": alone["curve"]},
-                            hostile_id: {"curve": small if scenario.gated else None,
-                                         "budget_bytes": scenario.budget_bytes, "wall_limit": BACKSTOP}},
+                            hostile_id: {"curve": small if scenario.gated else None, "budget_bytes": budget,
+                                         "budget_default": scenario.default_bound, "wall_limit": BACKSTOP}},
                      after={hostile_id: neighbour.stepped})
         stats = agent.pool.native.stats()
     finally:
@@ -324,7 +342,7 @@ def test_a_hostile_job_is_stopped_and_its_neighbour_trains_as_alone(tmp_path, al
         "pace": round(statistics.median(beside) / alone["step_s"], 2) if beside else None, "steps_beside": len(beside),
         "pace_less_cpu_wait": round(statistics.median(busy) / alone["busy_s"], 2) if busy else None,
         "neighbour_delays": [nout["metrics"].get("delays"), round(nout["metrics"].get("delay_s", 0), 2)],
-        "worker_rss_growth": seen["rss_peak"] - seen["rss_start"], "lines": hostile.count,
+        "worker_rss_growth": seen["rss_peak"] - seen["rss_start"], "lines": hostile.count, "bound": bound,
         "left_processes": describe_processes(left)}
     own_failure = None
     try:

@@ -74,3 +74,21 @@ def test_a_script_job_profiled_as_its_run_starts_gets_the_profile_defaults():
 def test_bad_profiles_name_the_field(spec, field):
     with pytest.raises(SpecError, match=f"^{field}"):
         RunSpec.parse(3, spec)
+
+
+def test_a_default_bound_travels_as_the_jobs_budget_flagged_as_the_default():
+    spec = RunSpec.parse(3, {**CODE, "profile": {}, "job_budget_bytes": 128 << 20, "job_budget_default": True})
+    assert spec.job_budget_bytes == 128 << 20 and spec.job_budget_default is True
+    assert spec.to_dict()["job_budget_default"] is True
+    declared = RunSpec.parse(3, {**CODE, "job_budget_bytes": 128 << 20})
+    assert declared.job_budget_default is False and "job_budget_default" not in declared.to_dict()
+
+
+@pytest.mark.parametrize("spec", [
+    {**CODE, "profile": {}, "job_budget_bytes": 128 << 20, "job_budget_default": 1},
+    {**CODE, "profile": {}, "job_budget_default": True},  # a default bound of no bytes
+    {**CODE, "job_budget_bytes": 128 << 20, "job_budget_default": True},  # a job with its curve has no default bound
+])
+def test_bad_default_bounds_name_the_field(spec):
+    with pytest.raises(SpecError, match="^job_budget_default"):
+        RunSpec.parse(3, spec)

@@ -351,6 +351,12 @@ def test_a_loop_without_an_optimizer_marks_its_iterations_and_each_is_gated(tmp_
     # the neighbour trained before, during and after the explicit job's iterations
     ends = explicit.times_of("iteration_end")
     assert any(ends[0] < t < ends[-1] for t in neighbour.times_of("iteration_end"))
+    # Note [Slowdown beside neighbours]: its iterations from the second go to the last, start to start, all
+    # beside the neighbour; the neighbour's run also had iterations alone, before and after
+    gos = explicit.times_of("go")
+    assert out["metrics"]["iterations_beside"] == 6
+    assert out["metrics"]["beside_iteration_s"] == pytest.approx((gos[-1] - gos[1]) / 6, rel=0.05)
+    assert 0 < neighbour.outcome["metrics"]["iterations_beside"] < neighbour.outcome["metrics"]["iterations_done"] - 1
 
 
 def test_a_script_with_an_optimizer_and_explicit_iterations_counts_each_iteration_once(tmp_path, agent):

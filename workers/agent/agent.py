@@ -56,7 +56,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from placement.compute_meter import ComputeMeter
-from zico_contracts import computeshare, cpushare, jobmetrics, keys, userjob, walltime
+from zico_contracts import computeshare, cpushare, jobbudget, jobmetrics, keys, userjob, walltime
 from zico_contracts.oom import format_bytes
 
 from ..gate import Gate, RunStopped
@@ -96,6 +96,8 @@ class JobRun:
     on_message: Callable[[dict[str, Any]], None] = lambda msg: None
     tenant_id: int = 0
     budget_bytes: int | None = None  # the job's own budget, held by the pool (Note [A job's own budget]); None: none
+    budget_default: bool = False  # budget_bytes is a script's default bound, lifted at its curve (zico_contracts.jobbudget)
+    budget_refusals: int | None = None  # allocations the pool refused for budget_bytes, at its end (None: per-process)
     on_output: Callable[[str, str], None] = lambda stream, line: None
     profiling: bool = False  # a profile run (workers.profiling): reported with phase "profiling"
     next_curve: dict[str, Any] | None = None  # a curve measured mid-run, gated from the next iteration on
@@ -131,6 +133,12 @@ class JobRun:
     launched_at: float | None = None  # time.monotonic() when its process was started
     last_progress: float = field(default_factory=time.monotonic)
     in_gate: bool = False
+    # Note [Slowdown beside neighbours]: start-to-start seconds of its iterations that began and ended beside a
+    # neighbour on its coordinator, and how many; the last go's time and whether it had a neighbour then
+    beside_s: float = 0.0
+    beside_iterations: int = 0
+    last_go: float | None = None
+    last_go_beside: bool = False
     yielding: str = ""  # "gated" (held at its gate), "yielding" (through its iteration) or "": Note [Yielding
     #                     through the iteration]; its cache may serve its neighbours while not ""
 
@@ -248,6 +256,7 @@ class DeviceAgent:
             returncode = self._supervise(run, proc)
         finally:
             run.held_peak = self.pool.peak_held_bytes(run.job_id)
+            run.budget_refusals = self.pool.job_budget_refusals(run.job_id)
             self.pool.remove_job(run.job_id)  # Note [Outcome of a job process]: its chunks are back now
             run.gate.leave(run.job_id)
             self._measured(run)
@@ -294,12 +303,21 @@ class DeviceAgent:
         """Gate a job that started without a curve (a script job profiled as its run starts: Note [A script's
         profile is the start of its run] in workers.runner) with ``curve`` from its next iteration start on: it
         joins the coordinator as a new job does (its first iteration there held at its peak, Note [Warm-up
-        iteration] in workers.gate). Raises CurveError for a malformed curve, KeyError when the job is not here."""
+        iteration] in workers.gate). A job held to a default bound while it was profiled (``JobRun.budget_default``,
+        zico_contracts.jobbudget) has it lifted now: from here on its curve is what plans and gates it, as for any
+        job of known memory. Raises CurveError for a malformed curve, KeyError when the job is not here."""
         from placement.curves import curve_from_dict
 
         curve_from_dict(curve)  # raises CurveError naming the bad field, before anything changes
         with self._lock:
-            self._runs[job_id].next_curve = curve
+            run = self._runs[job_id]
+            run.next_curve = curve
+            lift = run.budget_default and run.budget_bytes is not None
+            if lift:
+                run.budget_bytes, run.budget_default = None, False
+        if lift:
+            self.pool.set_job_budget(job_id, None)
+            run.on_output("system", "memory curve stored: the default bound is lifted, the curve gates the job")
 
     def _supervise(self, run: JobRun, proc: JobProcess) -> int:
         s = self.settings
@@ -575,6 +593,7 @@ class DeviceAgent:
             self._mark_yielding(run, "yielding" if yielding else "")
         run.iteration = iteration
         run.phase = "forward"
+        self._time_beside(run, yielding)
         if delay > 0:
             run.delay_s += delay
             run.delays += 1
@@ -583,6 +602,25 @@ class DeviceAgent:
         proc.send("go", delay_s=float(delay))
         run.began += 1
         run.on_message({"type": "go", "iteration": iteration, "delay_s": float(delay)})
+
+    @staticmethod
+    def _time_beside(run: JobRun, beside: bool) -> None:
+        """At a go: count the iteration just ended (the last go to this one, its gate wait included) as beside a
+        neighbour when the job had one on its coordinator at both gos and it was not the run's first iteration.
+
+        Note [Slowdown beside neighbours]
+            The plan predicts a job's slowdown while its group runs together (placement.groups.plan_group); a
+            job whose neighbour ends first then runs alone, and its whole run's mean iteration mixes that solo
+            tail in (the demo's digits-cnn: 1.44x over its run, about 2x while tiny-lm ran). So the agent times
+            the iterations that began and ended beside a neighbour, start to start with the gate's wait (what
+            the plan's slowdown counts), leaving out the run's first (warm-up) iteration; workers.runner makes
+            ``slowdown`` of them (``slowdown_run`` is the whole run's). A neighbour that joined or left within
+            the iteration counts it as beside only when present at both of its gos."""
+        now = time.monotonic()
+        if run.last_go is not None and beside and run.last_go_beside and run.began >= 2:
+            run.beside_s += now - run.last_go
+            run.beside_iterations += 1
+        run.last_go, run.last_go_beside = now, beside
 
     def _outcome(self, run: JobRun, proc: JobProcess, returncode: int) -> dict[str, Any]:
         """Note [Outcome of a job process]."""
@@ -594,6 +632,11 @@ class DeviceAgent:
                        delay_s=round(run.delay_s, 4), delays=run.delays, peak_rss_anon_bytes=run.peak_rss_anon,
                        peak_shared_bytes=run.peak_shared,
                        **({"peak_disk_bytes": run.peak_disk} if run.peak_disk else {}))
+        if run.beside_iterations:  # Note [Slowdown beside neighbours]
+            metrics.update(beside_iteration_s=round(run.beside_s / run.beside_iterations, 6),
+                           iterations_beside=run.beside_iterations)
+        if run.budget_refusals:  # stopped at its own budget, or its default bound (zico_contracts.jobbudget)
+            metrics[jobbudget.REFUSALS_METRIC] = run.budget_refusals
         if run.compute_share is not None:
             metrics[computeshare.METRIC] = run.compute_share
         if run.cpu_share is not None:

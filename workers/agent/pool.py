@@ -65,6 +65,26 @@ class Pool:
             self.native.set_job_budget(job_id, int(budget_bytes))
         return fd
 
+    def set_job_budget(self, job_id: int, budget_bytes: int | None) -> None:
+        """Change ``job_id``'s own budget (bytes; None: only the device's budget holds it), as :meth:`add_job` set
+        it; lifting a script's default bound once its curve is stored (zico_contracts.jobbudget). No-op without
+        the agent pool (a per-process pool's budget is fixed at its launch) or once the job left."""
+        if self.native is None:
+            return
+        try:
+            self.native.set_job_budget(job_id, None if budget_bytes is None else int(budget_bytes))
+        except Exception:  # the job left meanwhile
+            pass
+
+    def job_budget_refusals(self, job_id: int) -> int | None:
+        """How many of ``job_id``'s allocations the agent pool refused for its own budget, finally (Note [A job's own
+        budget] in the allocator's agent_server.cpp: the second refusal of a request); None without the agent
+        pool or for an unknown job."""
+        if self.native is None:
+            return None
+        job = self.native.stats()["jobs"].get(job_id)
+        return None if job is None else int(job.get("over_job_budget", 0))
+
     def set_job_plan(self, job_id: int, planned_peak_bytes: float | None) -> None:
         """What ``job_id``'s gate plans it to hold at most (its planning curve's peak, bytes; None: not gated),
         for the agent pool's deadlock rule, which never grants a job past it (Note [Deadlock grants within a

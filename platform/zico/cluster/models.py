@@ -28,6 +28,8 @@ from zico_contracts.specs import RunSpec
 #     allocation and its gate held every job. The floor is not a fit check (that is the running group's
 #     need, below, and the job's measured peak at submission); it only keeps obvious typos out.
 MIN_BUDGET_BYTES = 64 << 20
+# A script profiling placement's plan key for the default bound its job runs under (zico_contracts.jobbudget).
+DEFAULT_BOUND_KEY = "default_budget_bytes"
 
 HOST_VALIDATOR = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_-]*$", "letters, digits, '-' and '_' only")
 
@@ -295,21 +297,26 @@ class Placement(models.Model):
         workload, params, placement id, ``run_token`` (str), the job's memory ``curve``, the ``plan`` and
         ``job_created_at`` (ISO 8601; names the job across deployments for its checkpoints), ``tenant`` (its id:
         the device's pool scrubs memory that moves between tenants), ``job_budget_bytes`` (the job's own budget,
-        which the device agent never lets its process pass), ``wall_limit`` (its wall-clock limit,
+        which the device agent never lets its process pass; for a script profiled beside other jobs without one,
+        the default bound its profiling placement's plan holds as ``default_budget_bytes``, with
+        ``job_budget_default``: zico_contracts.jobbudget), ``wall_limit`` (its wall-clock limit,
         ``Job.wall_limit``, which the device agent enforces); for a job with
         code also the fields of zico_contracts.codejob (``code_url``, ``command``, ``job_token``, ...). A script
         job without a curve (``curve`` None) is profiled as its run starts: ``profile`` carries
         ``time_limit_s`` (``settings.ZICO_PROFILE_TIME_LIMIT_S``; Note [A script's profile is the start of its
         run] in workers/runner.py). Raises zico_contracts.specs.SpecError naming the field when the spec would
         be refused by the worker."""
-        profile = None
+        profile, budget, default = None, job.budget_bytes, False
         if curve is None and job.code_id is not None:
             profile = {"time_limit_s": float(settings.ZICO_PROFILE_TIME_LIMIT_S)}
+            bound = (self.plan or {}).get(DEFAULT_BOUND_KEY)
+            if budget is None and isinstance(bound, int) and not isinstance(bound, bool) and bound > 0:
+                budget, default = bound, True  # Note [Where a script is profiled] in zico.scheduling.service
         return RunSpec(job=job.pk, workload=job.workload, params=job.params or {}, placement=self.pk,
                        run_token=str(self.run_token), curve=curve, plan=self.plan,
                        job_created_at=job.created_at.isoformat(), tenant=job.tenant_id,
-                       code=code_spec(job), profile=profile, job_budget_bytes=job.budget_bytes,
-                       wall_limit=job.wall_limit()).to_dict()
+                       code=code_spec(job), profile=profile, job_budget_bytes=budget,
+                       wall_limit=job.wall_limit(), job_budget_default=default).to_dict()
 
     def plan_by_job(self) -> dict[int, dict]:
         """Per-job figures of the stored sharing plan: ``{job id: {"predicted_slowdown": ratio | None}}`` for

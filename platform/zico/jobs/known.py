@@ -35,10 +35,9 @@ Note [Known memory needs]
        every device budget, and the refusal's "needs ≥ X" is that lower figure. A CPU pool's need leaves
        out the cuBLAS workspaces a CUDA target holds (``meta.blas_workspace_bytes``).
 
-    The estimate itself is never run while a request waits: cold, it took 18 s wall (5.2 s CPU) for
-    digits-cnn and 29 s (9.3 s CPU) for ResNet-50 on this project's 2-core test machine at load ~5
-    (``manage.py curve estimate ... --device cuda:0``), more than a request may take; reading a stored
-    one costs the submission a few milliseconds (docs/operations.md). The devices judged are every
+    The estimate itself is never run while a request waits: cold, it takes seconds to tens of seconds
+    of a loaded machine, more than a request may take; reading a stored one costs the submission a few
+    milliseconds (both measured: docs/operations.md, "Input limits"). The devices judged are every
     registered device, as the scheduler's own check (zico.scheduling.snapshot): an offline device
     comes back, and a job it could hold waits for it with a reason.
 """
@@ -140,6 +139,18 @@ def profiles_to_reuse(jobs: list[Job]) -> dict[int, MemoryProfile]:
         if best is not None:
             out[j.pk] = best
     return out
+
+
+# Job.metrics key of a script job stopped at its default bound while profiled beside other jobs (Note [Where a
+# script is profiled] in zico.scheduling.service): {"bound_bytes", "device", "refusals", "peak_reserved_bytes"}
+# (zico.jobs.lifecycle.requeue_to_profile_alone). Such a job is profiled alone.
+DEFAULT_BOUND_EXCEEDED = "default_bound_exceeded"
+
+
+def profiled_alone(job: Job) -> bool:
+    """Whether ``job`` was stopped at its default bound before (``Job.metrics[DEFAULT_BOUND_EXCEEDED]``), so it is
+    profiled only on a device that runs nothing (Note [Where a script is profiled] in zico.scheduling.service)."""
+    return isinstance((job.metrics or {}).get(DEFAULT_BOUND_EXCEEDED), dict)
 
 
 def profile_failure(error: str, device, others_on_device: bool, limit_s: float | None = None,

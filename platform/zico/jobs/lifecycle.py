@@ -19,10 +19,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from placement.tenancy import refusing_tenants
-from zico.cluster.models import Device, Placement, PlacementError, Status
+from zico.cluster.models import DEFAULT_BOUND_KEY, Device, Placement, PlacementError, Status
 from zico.tenants.models import Tenant
-from zico_contracts import keys
+from zico_contracts import jobbudget, keys
 
+from .known import DEFAULT_BOUND_EXCEEDED
 from .models import Event, Job, on_device_q
 from .outputs import archive_log
 from .transitions import ALL_STATUSES, TERMINAL, TRANSITIONS, IllegalTransition, JobStatus, is_allowed
@@ -203,8 +204,8 @@ def place(device: Device, jobs, plan: dict | None = None, *, actor=None) -> Plac
     :func:`place_many`, whose :func:`_refusal` holds the one copy of the rules.
 
     Creates the Placement, moves every job ready → placed (a status_change Event each) and
-    records one ``placement`` Event per tenant involved. Jobs on one device share one worker
-    process (docs/architecture.md), so jobs of different tenants — counting jobs already placed or running
+    records one ``placement`` Event per tenant involved. Jobs on one device share its pool and compute
+    (docs/architecture.md, "Tenancy"), so jobs of different tenants — counting jobs already placed or running
     on the device, and catalog jobs being profiled there (Note [Profile runs are tenants on their device] in
     placement.tenancy) — may meet only when every tenant involved allows cross-tenant co-location.
 
@@ -292,9 +293,13 @@ def place_many(groups, *, actor=None, profiling: bool = False) -> list:
             involved = sorted({j.tenant_id for j in jobs} | on_dev.get(dev.pk, set()))
             events += _placement_events(placement, jobs, involved, tenants, actor)
         Placement.jobs.through.objects.bulk_create(links)
+        for i, placement in zip(accepted, made):  # a default bound (Note [Where a script is profiled]) in its Event
+            bound = (placement.plan or {}).get(DEFAULT_BOUND_KEY) if profiling else None
+            for j in groups[i][1] if bound is not None else ():
+                det_of[j.pk][DEFAULT_BOUND_KEY] = bound
         transition_many(moved, JobStatus.PROFILING if profiling else JobStatus.PLACED, actor=actor,
                         devices_by_job=dev_of, details_by_job=det_of,
-                        reason="placed alone to be profiled as its run starts" if profiling else "")
+                        reason="placed in a placement of its own to be profiled as its run starts" if profiling else "")
         Event.objects.bulk_create(events)
     return out
 
@@ -442,6 +447,22 @@ def lose(dev: Device, jobs: list[Job], reason: str, max_losses: int | None = Non
             requeue(job, dev, "requeued after worker loss; resumes from its checkpoint")
         moved.append(job)
     return moved
+
+
+def requeue_to_profile_alone(job: Job, device: Device | None, bound_bytes: int,
+                             run_metrics: dict[str, Any] | None = None) -> bool:
+    """profiling -> queued: a script job's run was stopped at its default bound of ``bound_bytes`` bytes beside
+    other jobs (zico_contracts.jobbudget); it is remembered in its metrics (zico.jobs.known.DEFAULT_BOUND_EXCEEDED:
+    the bound, the device, and from the stopped run's ``run_metrics`` its refusals and peak reserved bytes; the
+    run's other figures are not the job's) so the scheduler profiles it alone, and the move's reason says so with
+    the bound (:func:`zico_contracts.jobbudget.requeue_reason`). False, with nothing written, when the job has
+    moved on."""
+    run_metrics = run_metrics or {}
+    memo = {"bound_bytes": int(bound_bytes), "device": str(device) if device else None,
+            "refusals": run_metrics.get(jobbudget.REFUSALS_METRIC),
+            "peak_reserved_bytes": run_metrics.get("peak_reserved_bytes")}
+    return try_transition(job, S.QUEUED, device=device, reason=jobbudget.requeue_reason(bound_bytes),
+                          metrics={DEFAULT_BOUND_EXCEEDED: memo}, bound_bytes=int(bound_bytes))
 
 
 def requeue(job: Job, device: Device | None, reason: str) -> bool:

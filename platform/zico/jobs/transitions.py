@@ -20,6 +20,10 @@ The other moves a real cluster needs, and why:
 * profiling → running     a script job profiled as its run starts (in a placement of its own) has its curve
                           measured and goes on training (Note [A script's profile is the start of its run]
                           in workers/runner.py)
+* profiling → queued      a script job profiled beside other jobs under the platform's default bound (it
+                          set no budget) was stopped at that bound: it waits to be profiled alone rather than
+                          fail for a limit its user never set (Note [Where a script is profiled] in
+                          zico.scheduling.service)
 succeeded, failed and cancelled are terminal: nothing leaves them.
 
 Every move (zico.jobs.lifecycle) runs in one transaction: the job row is locked (SELECT … FOR UPDATE), its *current*
@@ -53,7 +57,7 @@ ON_DEVICE = frozenset({S.PLACED, S.RUNNING})
 # The one table of legal moves: from-status -> statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.PROFILING, S.READY, S.CANCELLED, S.FAILED}),
-    S.PROFILING: frozenset({S.READY, S.RUNNING, S.CANCELLED, S.FAILED, S.LOST}),
+    S.PROFILING: frozenset({S.READY, S.RUNNING, S.CANCELLED, S.FAILED, S.LOST, S.QUEUED}),
     S.READY: frozenset({S.PLACED, S.CANCELLED, S.FAILED}),
     S.PLACED: frozenset({S.RUNNING, S.READY, S.CANCELLED, S.FAILED, S.LOST}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.LOST}),

@@ -48,13 +48,14 @@ from placement.gating import DEFAULT_GATE_HEADROOM, gate_share
 from placement import reasons
 from placement.policies import FirstFitFifo, MemoryAware, Policy
 from placement.tenancy import refusing_tenants
-from zico.cluster.models import Device, Placement, Status
+from zico.cluster.models import DEFAULT_BOUND_KEY, MIN_BUDGET_BYTES, Device, Placement, Status
 from zico.jobs import known
 from zico.jobs import lifecycle
 from zico.jobs.models import Job, MemoryProfile, on_device_q
 from zico.jobs.transitions import JobStatus
 from zico.tenants.models import Tenant
-from zico_contracts import tasks
+from zico_contracts import jobbudget, tasks
+from zico_contracts.oom import format_bytes
 
 from . import estimate_requests, waiting
 from .recovery import unsent_tasks
@@ -273,10 +274,12 @@ class Scheduler:
     def _profile_as_runs(self, jobs: list[Job], res: RoundResult) -> None:
         """Script jobs without a curve (queue order), each in a placement of its own, queued -> profiling, with
         a ``run_job`` that profiles it as its run starts (Note [A script's profile is the start of its run] in
-        workers/runner.py). Where (Note [Where a script is profiled]): a device that runs nothing, or, for a job
-        with its own ``budget_bytes``, one whose jobs are all of known memory and leave that many bytes of its
-        budget beside their peaks; tenancy and quota as for any placement; one profile per device and round.
-        The others wait with why."""
+        workers/runner.py). Where (Note [Where a script is profiled]): a device that runs nothing, or one whose
+        jobs are all of known memory and leave room beside their peaks: the job's own ``budget_bytes``, or for a
+        job without one its default bound (zico_contracts.jobbudget; in the placement's plan as
+        ``default_budget_bytes``, and so in its run spec), unless it was stopped at that bound before (it is then
+        profiled alone); tenancy and quota as for any placement; one profile per device and round. The others
+        wait with why."""
         if not jobs:
             return
         rooms, blind = _devices_to_profile_on()
@@ -285,17 +288,18 @@ class Scheduler:
                                                           | {t for r in rooms for t in r.tenants})}
         on_device = dict(Job.objects.filter(on_device_q(), tenant_id__in=[j.tenant_id for j in jobs])
                          .values_list("tenant_id").annotate(n=Count("pk")).order_by())
+        share = float(settings.ZICO_JOB_DEFAULT_BUDGET_FRACTION)
         groups, waits = [], []
         for job in jobs:
             tenant = tenants[job.tenant_id]
             if on_device.get(tenant.pk, 0) >= tenant.max_running_jobs:
                 waits.append((job, reasons.quota("jobs", on_device.get(tenant.pk, 0), tenant.max_running_jobs)))
                 continue
-            fit = next((r for r in rooms if r.takes(job, tenant, tenants)), None)
+            fit, bound = next(((r, b) for r in rooms for ok, b in [r.takes(job, tenant, tenants, share)] if ok),
+                              (None, None))
             if fit is None:
-                taken = [(str(r.device), float(r.device.budget_bytes), f"running {r.jobs} job(s), "
-                          f"{int(r.peak_bytes)} bytes of peaks (a job is profiled alone there unless its own "
-                          "budget fits beside them)") for r in rooms]
+                taken = [(str(r.device), float(r.device.budget_bytes), r.why_not(job, tenant, tenants, share))
+                         for r in rooms]
                 waits.append((job, reasons.no_profiling_device(_unavailable_devices(blind) + busy + taken,
                                                                online=len(busy) + len(taken) + len(blind))))
                 continue
@@ -303,8 +307,10 @@ class Scheduler:
             # never the job's id: it may be another tenant's
             busy.append((str(fit.device), float(fit.device.budget_bytes), "profiling a job"))
             on_device[tenant.pk] = on_device.get(tenant.pk, 0) + 1
-            groups.append((fit.device, [job], {"job_ids": [job.pk], "mode": "profile",
-                                               "budget_bytes": fit.device.budget_bytes}))
+            plan = {"job_ids": [job.pk], "mode": "profile", "budget_bytes": fit.device.budget_bytes}
+            if bound is not None:  # Placement.run_spec sends it as the job's budget, flagged as the default
+                plan[DEFAULT_BOUND_KEY] = bound
+            groups.append((fit.device, [job], plan))
         opened = lifecycle.place_many(groups, profiling=True) if groups else []
         for (device, [job], _), got in zip(groups, opened):
             if isinstance(got, Placement):
@@ -532,13 +538,41 @@ class _Room:
     jobs: int = 0
     peak_bytes: float = 0.0
 
-    def takes(self, job: Job, tenant, tenants: dict) -> bool:
-        """Note [Where a script is profiled]; tenancy by placement.tenancy.refusing_tenants."""
+    def _refuses(self, tenant, tenants: dict) -> bool:
         involved = {tenant.pk: tenant, **{t: tenants[t] for t in self.tenants}}
-        if refusing_tenants({pk: t.allow_cross_tenant_colocation for pk, t in involved.items()}):
-            return False
-        return self.jobs == 0 or (job.budget_bytes is not None
-                                  and self.device.budget_bytes - self.peak_bytes >= job.budget_bytes)
+        return bool(refusing_tenants({pk: t.allow_cross_tenant_colocation for pk, t in involved.items()}))
+
+    def takes(self, job: Job, tenant, tenants: dict, share: float) -> tuple[bool, int | None]:
+        """Whether ``job`` may be profiled here (Note [Where a script is profiled]; tenancy by
+        placement.tenancy.refusing_tenants), and the default bound it then runs under (bytes; None: its own budget,
+        or the device's alone). ``share``: ``settings.ZICO_JOB_DEFAULT_BUDGET_FRACTION``."""
+        if self._refuses(tenant, tenants):
+            return False, None
+        if self.jobs == 0:
+            return True, None
+        left = self.device.budget_bytes - self.peak_bytes
+        if job.budget_bytes is not None:
+            return left >= job.budget_bytes, None
+        if known.profiled_alone(job):
+            return False, None
+        bound = jobbudget.default_bound(self.device.budget_bytes, self.peak_bytes, share, MIN_BUDGET_BYTES)
+        return bound is not None, bound
+
+    def why_not(self, job: Job, tenant, tenants: dict, share: float) -> str:
+        """Why :meth:`takes` refused ``job``, in words with the figures, for its waiting reason."""
+        if self._refuses(tenant, tenants):
+            return "runs a job of a tenant this job's tenant may not share a device with"
+        left = max(0.0, self.device.budget_bytes - self.peak_bytes)
+        head = (f"running {self.jobs} job(s) with {format_bytes(self.peak_bytes)} of peaks, {format_bytes(left)} of "
+                "its budget left")
+        if job.budget_bytes is not None:
+            return f"{head}: under this job's own budget of {format_bytes(job.budget_bytes)}"
+        if known.profiled_alone(job):
+            return f"{head}: this job is profiled alone (it needed more than its default bound beside other jobs)"
+        if share <= 0:
+            return f"{head}: a job without a budget is profiled alone there ({jobbudget.FRACTION_ENV} is 0)"
+        return (f"{head}: under the {format_bytes(MIN_BUDGET_BYTES)} a job without a budget needs to be profiled "
+                "beside other jobs")
 
 
 def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
@@ -548,12 +582,38 @@ def _devices_to_profile_on() -> tuple[list[_Room], set[int]]:
 
     Note [Where a script is profiled]
         A script job's profile is the start of its run, and until its curve is known the device's
-        coordinator cannot gate it: only the pool's budget holds it. So it starts where that cannot squeeze
-        anyone: on a device that runs nothing (it is profiled alone), or, when the job has its own
-        ``budget_bytes`` (``zico submit --budget``: the most it may hold), beside jobs of known memory that
-        leave at least that much of the device budget beside the sum of their peaks. No job is placed beside
-        it until its curve is stored (the snapshot leaves a device running a job of unknown memory out);
-        then it is gated as a new job, and the scheduler plans the next jobs with its curve.
+        coordinator cannot gate it: only a bound the agent pool holds keeps it from its neighbours. So it
+        starts where a bound cannot squeeze anyone:
+
+        * on a device that runs nothing: profiled alone, bounded by the device's budget;
+        * with its own ``budget_bytes`` (``zico submit --budget``: the most it may hold), beside jobs of known
+          memory that leave at least that much of the device budget beside the sum of their peaks;
+        * without one, beside such jobs under a *default bound* (zico_contracts.jobbudget): the least of
+          ``ZICO_JOB_DEFAULT_BUDGET_FRACTION`` (0.5) of the device's budget and what that budget leaves beside
+          their peaks, where that is at least the budget floor (64 MiB, Note [Budget floor] in
+          zico.cluster.models). It is in the placement's plan (``default_budget_bytes``) and the run spec
+          (``job_budget_bytes`` with ``job_budget_default``); the agent holds it as it holds a declared budget
+          until the job's curve is stored, then lifts it (the curve gates the job from then on).
+
+        Why: a new script must neither wait for an empty device (on a busy cluster, for ever) nor be free to
+        take the memory its neighbours were planned with; a bound the agent holds gives both, and the
+        neighbours' peaks are known, so the room beside them is too. Rooms are tried empty device first.
+
+        A run stopped at its default bound (it failed after the agent refused an allocation for that bound:
+        the ``job_budget_refusals`` metric) is not failed for a limit its user never set: the job goes back to
+        the queue (zico.jobs.lifecycle.requeue_to_profile_alone, remembered in its metrics:
+        zico.jobs.known.profiled_alone) and is then profiled alone, once: alone the device's budget bounds it,
+        so a second stop is an ordinary out-of-memory failure. A declared budget is the user's word and is
+        never retried.
+
+        Limits: the bound is the only thing holding the job while it is profiled; the gate's headroom is not
+        kept beside it (the neighbours' peaks and the bound may fill the budget). With per-process pools (a GPU
+        without VMM chunks) the bound is the job process's own pool, fixed at launch: it is not lifted at the
+        curve, and a stop there is reported as a failure, not requeued (the pool counts no refusals).
+
+        No job is placed beside it until its curve is stored (the snapshot leaves a device running a job of
+        unknown memory out); then it is gated as a new job, and the scheduler plans the next jobs with its
+        curve.
     """
     latest_peak = MemoryProfile.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id").values("peak_bytes")
     rooms: dict[int, _Room] = {d.pk: _Room(d) for d in Device.objects.filter(

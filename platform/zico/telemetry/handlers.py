@@ -17,13 +17,13 @@ from django.db import transaction
 from django.db.models import Count, Q
 
 from placement.gating import DEFAULT_GATE_HEADROOM
-from zico.cluster.models import Device, Node, Placement
+from zico.cluster.models import DEFAULT_BOUND_KEY, Device, Node, Placement
 from zico.jobs.models import Event, Job, MemoryProfile
 from zico.jobs.outputs import archive_log
 from zico.jobs.shares import store_measured_share
 from zico.jobs import lifecycle
 from zico.jobs.transitions import TERMINAL, JobStatus as S
-from zico_contracts import computeshare, keys
+from zico_contracts import computeshare, jobbudget, keys
 from zico_contracts.lifecycle import validate as validate_message
 from zico_contracts.oom import readable_reason
 
@@ -251,6 +251,14 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     if status not in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
         log.warning("job %s: unknown outcome %r", job.pk, status)
         return
+    bound = (placement.plan or {}).get(DEFAULT_BOUND_KEY) if placement is not None else None
+    if job.status == S.PROFILING and isinstance(bound, int) and jobbudget.stopped_at_bound(status, metrics):
+        # Note [Where a script is profiled] in zico.scheduling.service: stopped at a bound its user never set
+        if lifecycle.requeue_to_profile_alone(job, dev, bound, run_metrics=metrics):
+            log.info("job %s stopped at its default bound of %s bytes on %s: requeued to be profiled alone",
+                     job.pk, bound, dev)
+            end_placement_if_done(placement, f"job {job.pk} stopped at its default bound; requeued")
+            return
     if job.status == S.PROFILING and status == S.FAILED:  # a script job whose run ended before its profile did
         _remember_profile_failure(job, str(msg.get("reason") or ""), dev)
     lifecycle.finish(job, status, dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],

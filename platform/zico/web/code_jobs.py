@@ -21,14 +21,14 @@ from zico.ratelimits import job_submit_wait
 from zico_contracts.codearchive import ArchiveError
 from zico_contracts.codejob import CodeSpecError, validate_command, validate_env
 
-from .forms import GIB
+from .forms import SubmitForm
 from .jobs import rate_limited, submit_page, submitted
 
 FIELD_OF = {"command": "command", "env": "env", "code": "archive", "budget_bytes": "budget_gib",
             "priority": "priority", "name": "name", "tenant": "tenant", "snapshot": "snapshot"}
 
 
-class CodeJobForm(forms.Form):
+class CodeJobForm(SubmitForm):
     """Tenant, name, the project archive, the command (shell words), env (NAME=value lines), budget, priority."""
 
     tenant = forms.ModelChoiceField(queryset=None, empty_label=None, label="Tenant")
@@ -75,29 +75,11 @@ class CodeJobForm(forms.Form):
         except CodeSpecError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def full_clean(self):
-        super().full_clean()
-        for name in self.errors:
-            if name in self.fields:
-                self.mark(name)
-
-    def mark(self, name: str) -> None:
-        attrs = self.fields[name].widget.attrs
-        ids = [f"id_{name}_error"] + ([f"id_{name}_helptext"] if self.fields[name].help_text else [])
-        attrs["aria-describedby"], attrs["aria-invalid"] = " ".join(ids), "true"
-
     def add_spec_error(self, field: str, message: str) -> None:
         target = FIELD_OF.get(re.split(r"[.\[]", field)[0])
         self.add_error(target, message if target else f"{field}: {message}")
         if target:
             self.mark(target)
-
-    def field_error_count(self) -> int:
-        return sum(1 for name in self.errors if name != forms.forms.NON_FIELD_ERRORS)
-
-    def budget_bytes(self) -> int | None:
-        gib = self.cleaned_data.get("budget_gib")
-        return None if gib is None else int(gib * GIB)
 
 
 @submit_page

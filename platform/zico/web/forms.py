@@ -36,7 +36,33 @@ def param_field(name: str, spec: dict[str, Any], default: Any) -> forms.Field:
     return forms.CharField(max_length=spec.get("maxLength"), min_length=spec.get("minLength"), **common)
 
 
-class JobSubmitForm(forms.Form):
+class SubmitForm(forms.Form):
+    """What the two submit forms share: each invalid input pointed at its inline error message, the error count,
+    the budget in bytes."""
+
+    def full_clean(self):
+        """Validate, then point each invalid input at its inline error message (aria-describedby)."""
+        super().full_clean()
+        for name in self.errors:
+            if name in self.fields:
+                self.mark(name)
+
+    def mark(self, name: str) -> None:
+        attrs = self.fields[name].widget.attrs
+        ids = [f"id_{name}_error"] + ([f"id_{name}_helptext"] if self.fields[name].help_text else [])
+        attrs["aria-describedby"] = " ".join(ids)
+        attrs["aria-invalid"] = "true"
+
+    def field_error_count(self) -> int:
+        """How many fields carry an error (errors not tied to a field are not counted)."""
+        return sum(1 for name in self.errors if name != forms.forms.NON_FIELD_ERRORS)
+
+    def budget_bytes(self) -> int | None:
+        gib = self.cleaned_data.get("budget_gib")
+        return None if gib is None else int(gib * GIB)
+
+
+class JobSubmitForm(SubmitForm):
     """Tenant, workload, name, the workload's params, budget (GiB, optional) and priority.
 
     Args:
@@ -64,24 +90,8 @@ class JobSubmitForm(forms.Form):
         for name, spec in props.items():
             self.fields[PARAM_PREFIX + name] = param_field(name, spec, workload.defaults.get(name))
 
-    def full_clean(self):
-        """Validate, then point each invalid input at its inline error message (aria-describedby)."""
-        super().full_clean()
-        for name in self.errors:
-            if name in self.fields:
-                self._describe_error(name)
-
-    def _describe_error(self, name: str) -> None:
-        attrs = self.fields[name].widget.attrs
-        ids = [f"id_{name}_error"] + ([f"id_{name}_helptext"] if self.fields[name].help_text else [])
-        attrs["aria-describedby"] = " ".join(ids)
-        attrs["aria-invalid"] = "true"
-
     def param_fields(self):
         return [self[n] for n in self.fields if n.startswith(PARAM_PREFIX)]
-
-    def main_fields(self):
-        return [self[n] for n in ("tenant", "workload", "name")]
 
     def limit_fields(self):
         return [self[n] for n in ("budget_gib", "priority")]
@@ -94,14 +104,6 @@ class JobSubmitForm(forms.Form):
                 out[name[len(PARAM_PREFIX):]] = value
         return out
 
-    def budget_bytes(self) -> int | None:
-        gib = self.cleaned_data.get("budget_gib")
-        return None if gib is None else int(gib * GIB)
-
-    def field_error_count(self) -> int:
-        """How many fields carry an error (errors not tied to a field are not counted)."""
-        return sum(1 for name in self.errors if name != forms.forms.NON_FIELD_ERRORS)
-
     def add_spec_error(self, field: str, message: str) -> None:
         """Show a ``JobSpecError`` next to the field it names (``params.<name>``, ``budget_bytes``, ...)."""
         target = {"budget_bytes": "budget_gib", "params": None}.get(field, field)
@@ -111,4 +113,4 @@ class JobSubmitForm(forms.Form):
             target = None
         self.add_error(target, message)
         if target:
-            self._describe_error(target)
+            self.mark(target)

@@ -11,10 +11,12 @@ Note [Per-job peaks in a shared pool]
     timeline figures so far.
 
 Note [Slowdown, predicted and measured]
-    One definition for both: a job's mean iteration time (start to start, gate waits included) over the
-    *solo reference* — the ``iteration_s`` of the memory curve its placement was planned with (the curve
-    sent in the run spec). The plan predicts it (``placement.groups.plan_group``); the worker measures it
-    (``mean_iteration_s / solo_iteration_s`` in the job's metrics, workers/runner.py). A measured value
+    One definition for both: a job's mean iteration time (start to start, gate waits included) while its
+    group runs together, over the *solo reference* — the ``iteration_s`` of the memory curve its placement
+    was planned with (the curve sent in the run spec). The plan predicts it (``placement.groups.plan_group``);
+    the agent measures it over the iterations the job ran beside a neighbour (Note [Slowdown beside
+    neighbours] in workers/agent/agent.py; the whole run's where it had none), and the page shows the whole
+    run's (``slowdown_run``: a neighbour that ended first leaves a solo tail in it) beside it. A measured value
     below 1 means the curve's iteration time is longer than the job really runs alone (an estimate or a
     profiling run slower than training), not that sharing sped it up; the page shows both times.
 """
@@ -64,7 +66,8 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
     ``position`` the queue position from :func:`queue_positions`. Keys: ``id, status, iteration,
     iterations, progress`` (0..1), ``iterations_per_s`` (live while running, then the run's mean),
     ``eta_s`` (seconds left at that rate, running jobs only), ``peak_allocated_bytes``,
-    ``peak_reserved_bytes`` (Note [Per-job peaks in a shared pool]), ``delay_s``, ``slowdown``,
+    ``peak_reserved_bytes`` (Note [Per-job peaks in a shared pool]), ``delay_s``, ``slowdown``, ``slowdown_run``,
+    ``iterations_beside``,
     ``solo_iteration_s``, ``mean_iteration_s`` (Note [Slowdown, predicted and measured]),
     ``queue_position``, ``waiting_reason``, ``failure_reason``, ``span`` (submitted, started, finished;
     ``run_s`` from start to finish).
@@ -86,7 +89,8 @@ def job_status(job: Job, peaks: dict[str, int] | None = None, position: int | No
         "iterations_per_s": rate, "eta_s": eta,
         "peak_allocated_bytes": peak("peak_allocated_bytes", "allocated"),
         "peak_reserved_bytes": peak("peak_reserved_bytes", "reserved"),
-        "delay_s": m.get("delay_s"), "slowdown": m.get("slowdown"),
+        "delay_s": m.get("delay_s"), "slowdown": m.get("slowdown"), "slowdown_run": m.get("slowdown_run"),
+        "iterations_beside": m.get("iterations_beside"),
         "solo_iteration_s": m.get("solo_iteration_s"), "mean_iteration_s": m.get("mean_iteration_s"),
         "queue_position": position, "waiting_reason": job.waiting_reason or "",
         "failure_reason": readable_reason(job.failure_reason),

@@ -70,8 +70,7 @@ def run_without_apps(argv: list[str]) -> None:
     import logging.config
 
     # The process ends when the command does (Command.run_from_argv): no collection is worth its CPU
-    # (full collections walking torch's, torch._dynamo's and transformers' objects took 0.9 s of a cold
-    # GPT-2 estimate's 20.8 s on loaded cores; Note [No garbage collection in the estimate]).
+    # (Note [No garbage collection in the estimate]).
     gc.disable()
     logging.config.dictConfig(settings.LOGGING)
     Command().run_from_argv(argv)
@@ -80,14 +79,14 @@ def run_without_apps(argv: list[str]) -> None:
 class Command(BaseCommand):
     help = "Estimate, profile, import (PyTorch snapshot) or show a memory curve; print its summary."
     # No system checks: this command reads no database and serves no URL, and the checks import the
-    # URLconf and with it every view, DRF and drf-spectacular (~0.5 s of an estimate's 3 s budget,
-    # docs/curves.md "How fast"); ``manage.py check`` runs them.
+    # URLconf and with it every view, DRF and drf-spectacular (docs/benchmarks.md, "Measurements behind
+    # the notes"); ``manage.py check`` runs them.
     requires_system_checks: list[str] = []
 
     def run_from_argv(self, argv: list[str]) -> None:
         """Run the command from the command line, then end the process without the interpreter's
-        teardown: freeing the module graphs of torch, ``torch._dynamo`` and transformers took about 1 s of
-        a cold estimate's 5.6 s wall time on 2 lightly loaded cores (docs/curves.md "How fast"). Output
+        teardown: freeing the module graphs of torch, ``torch._dynamo`` and transformers is a large part
+        of a cold estimate's wall time (docs/benchmarks.md, "Measurements behind the notes"). Output
         streams and logging handlers are flushed first, and the exit status is the one Django would
         give (0, or the CommandError's). ``call_command`` does not come through here: a test process
         that calls the command keeps running."""
