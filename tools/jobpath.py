@@ -1,10 +1,12 @@
-"""The device worker's job path for the tools that measure Zico (colocate, the real-run experiment, the GPU check).
+"""The device worker's job path for the tools that measure Zico (colocate, the real-run experiment, the GPU check,
+the slowdown table).
 
 A catalog job is profiled and run here exactly as a device worker does it: the built-in catalog project under
 the job process entry (``workers.job.entry``), in its sandbox where the host has one, else the same process
 unwrapped (Note [No sandbox for Zico's own code] in workers.agent.sandbox); its curve is its profile run's
 allocator trace (``workers.profiling.catalog_profile``), stored with the held peak as a profile is; its run
-spec is ``workers.runner.catalog_script_spec``'s. Only the device agent is the tool's own (it may hold a group's
+spec is ``workers.runner.catalog_script_spec``'s. A user's script project runs as a job with code does
+(:func:`run_script`). Only the device agent is the tool's own (it may hold a group's
 first iterations, or slice time: tools.bench.experiment_modes), and nothing here talks to Redis or the web side.
 """
 from __future__ import annotations
@@ -56,6 +58,28 @@ def profile(rt: DeviceRuntime, job_id: int, key: str, params: dict[str, Any], wa
     if out["status"] != "succeeded" or "curve" not in out:
         raise JobPathError(out.get("reason") or f"the profile run ended {out['status']}", out)
     return curve_from_dict(out["curve"]), out
+
+
+def run_script(rt: DeviceRuntime, job_id: int, code_dir: str | Path, argv: list[str],
+               curve: dict[str, Any] | None = None, on_message: Callable[[dict[str, Any]], None] = lambda msg: None,
+               **job_run: Any) -> dict[str, Any]:
+    """Run a user's script project (the folder ``code_dir``, as a code archive unpacks) with ``argv`` as
+    ``run_job`` runs a job with code: the same run directories (``workers.usercode.run_dirs``), the same job
+    process spec, in its sandbox; gated with ``curve`` (None: ungated). Blocks until its process ended and
+    returns the agent's outcome. Raises RuntimeError when the job already runs on the agent."""
+    from workers import usercode
+
+    var_dir = Path(rt.config.var_dir or rt.config.checkpoint_dir.parent)
+    dirs = usercode.run_dirs(Path(code_dir), job_id, var_dir, jobdisk.of_runtime(rt))
+    data_dir = Path(rt.config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"kind": "script", "code_dir": str(dirs.code_dir), "argv": list(argv), "env": {},
+            "device": rt.torch_device, "output_dir": str(dirs.output_dir), "scratch_dir": str(dirs.scratch_dir),
+            "data_dir": str(data_dir)}
+    try:
+        return rt.agent.run(JobRun(job_id, spec, curve=curve, on_message=on_message, **job_run))
+    finally:
+        jobdisk.remove_run_dir(dirs.scratch_dir.parent, jobdisk.of_runtime(rt))
 
 
 def run(rt: DeviceRuntime, job_id: int, key: str, params: dict[str, Any], curve: dict[str, Any] | None = None,

@@ -11,15 +11,19 @@ Note [Compute per slot]
     every core and each runs several times slower than its plan says. So a CPU device's cores are divided
     among its *slots* (the worker's ``--slots``: the most jobs that may share the device), as MPS's
     active-thread percentage divides a GPU: a job in slot ``i`` of ``n`` on ``c`` cores gets
-    ``k = max(1, c // n)`` cores, ``cpus[(i*k + j) % c]`` for ``j < k``, pinned with CPU affinity where the
-    host allows, and ``k`` threads for torch, OpenMP and MKL (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
-    which torch's intra-op pool reads). The share is fixed for the job's life and is the same whether the
+    ``k = c // n`` cores, ``cpus[i*k + j]`` for ``j < k``, pinned with CPU affinity where the host allows,
+    and ``k`` threads for torch, OpenMP and MKL (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, which torch's
+    intra-op pool reads). The share is fixed for the job's life and is the same whether the
     job runs alone, beside others, or is profiled: a profile's iteration time then holds beside neighbours
     (they compute on other cores) and a job that ran alone shows slowdown 1.0. The price: a job alone on
     the device uses only its slot's cores. Sizing the share by the plan's group instead would give a job
     placed alone all cores, which a job placed beside it later cannot take back, and would make every
-    profile (run alone) faster than the same job's run in a group. With more slots than cores, slots share
-    cores round-robin. A job's own setting of a thread variable (its ``env``) is kept and reported; its
+    profile (run alone) faster than the same job's run in a group. When the cores do not divide evenly
+    among the slots (3 slots on 2 cores), every slot gets all the cores and ``max(1, c // n)`` threads: the
+    kernel then shares the cores evenly among the jobs computing, as the contention model says
+    (``max(1, sum of shares)`` for all, Note [Contention model] in placement.device_sim); pinning slots
+    round-robin instead put two jobs on one core and one alone on the other (2.1-2.3x against 1.1-1.2x where
+    the model says 1.5x for each: docs/experiment.md). A job's own setting of a thread variable (its ``env``) is kept and reported; its
     cores stay its slot's.
 
 Standard library only.
@@ -65,8 +69,9 @@ def slot_share(cpus: Sequence[int], slots: int, slot: int) -> SlotShare:
     if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < slots:
         raise ValueError(f"slot: expected an integer in [0, {slots}), got {slot!r}")
     k = max(1, len(cpus) // slots)
-    mine = tuple(sorted({cpus[(slot * k + j) % len(cpus)] for j in range(k)}))
-    return SlotShare(slot, slots, len(cpus), mine, k)
+    if len(cpus) % slots:  # uneven: every slot shares all the cores (Note [Compute per slot])
+        return SlotShare(slot, slots, len(cpus), tuple(cpus), k)
+    return SlotShare(slot, slots, len(cpus), tuple(cpus[slot * k:(slot + 1) * k]), k)
 
 
 def job_environment(share: SlotShare, job_env: Mapping[str, str] | None) -> tuple[dict[str, str], SlotShare]:

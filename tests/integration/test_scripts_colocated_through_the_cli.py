@@ -8,7 +8,7 @@ Real PostgreSQL, real Redis (private), a real web server, and the real processes
 service and one CPU device worker, started the documented way.
 
 Each job's threads are the platform's own (Note [Compute per slot] in zico_contracts.cpushare: the worker's 4 slots
-on the test machine's 2 cores give each job one thread, slots sharing cores round-robin; torch's default threads
+on the test machine's 2 cores give each job one thread, every slot on both cores; torch's default threads
 would oversubscribe them, and a step took 10x longer). Settings tuned for the test:
 ``ZICO_MAX_SLOWDOWN=64`` and ``ZICO_MAX_GROUP=3`` for the scheduler, so that a group of three short jobs whose time
 shifts stretch them is placed together on the one device: the slowdown limit is not under test here, and what the

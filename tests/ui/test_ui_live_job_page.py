@@ -110,10 +110,12 @@ def test_every_panel_of_the_job_page_follows_the_run(page, sign_in, personas, cl
     send("job_finished", job=job.pk, placement=placement.pk, status="succeeded", reason="",
          metrics={"iterations_done": 200, "iterations_per_s": 24.0, "peak_allocated_bytes": 192 * MIB,
                   "peak_reserved_bytes": 64 * MIB, "mean_iteration_s": 0.07, "solo_iteration_s": 0.05,
-                  "slowdown": 1.4, "predicted_slowdown": 1.0})
+                  "slowdown": 1.4, "slowdown_run": 1.25, "iterations_beside": 120, "predicted_slowdown": 1.0})
     expect(page.locator("#job-status")).to_have_text("succeeded", timeout=5000)
     expect(page.locator("#panel-plan .tag")).to_have_text("ended")
     expect(page.locator("#stat-slowdown")).to_have_text("×1.40")
+    expect(page.locator("#panel-stats")).to_contain_text("measured over 120 iterations beside its neighbours; "
+                                                         "×1.25 over the whole run")
     expect(page.locator("#panel-stats")).to_contain_text("predicted ×1.15")
     expect(page.locator('#job-summary dd[data-k="iteration"]')).to_have_text("200")  # final, not sample 19
     expect(page.locator("#stat-progress")).to_contain_text("200")

@@ -13,13 +13,16 @@ from zico_contracts import cpushare
 from .test_user_scripts import Job, run_together
 
 
-def test_cores_are_divided_among_slots_round_robin_past_the_cores():
+def test_cores_are_divided_among_slots_and_shared_by_all_when_uneven():
     two = [cpushare.slot_share([0, 1], 2, i) for i in range(2)]
     assert [(s.cpus, s.threads) for s in two] == [((0,), 1), ((1,), 1)]
     assert cpushare.slot_share([0, 1], 1, 0).cpus == (0, 1) and cpushare.slot_share([0, 1], 1, 0).threads == 2
     assert [cpushare.slot_share([4, 5, 6, 7], 2, i).cpus for i in range(2)] == [(4, 5), (6, 7)]
     assert [cpushare.slot_share([0], 3, i).cpus for i in range(3)] == [(0,), (0,), (0,)]  # more slots than cores
-    assert [cpushare.slot_share([0, 1], 3, i).cpus for i in range(3)] == [(0,), (1,), (0,)]
+    # uneven: no job alone on a core beside two sharing one; all share both, one thread each
+    assert [(s.cpus, s.threads) for s in (cpushare.slot_share([0, 1], 3, i) for i in range(3))] == [((0, 1), 1)] * 3
+    assert [(s.cpus, s.threads) for s in (cpushare.slot_share(range(4), 3, i) for i in range(3))] == [((0, 1, 2, 3), 1)] * 3
+    assert [cpushare.slot_share(range(6), 3, i).cpus for i in range(3)] == [(0, 1), (2, 3), (4, 5)]
     for args, field in [(([], 2, 0), "cpus"), (([0], 0, 0), "slots"), (([0], 2, 2), "slot"), (([0], True, 0), "slots")]:
         with pytest.raises(ValueError, match=f"^{field}: "):
             cpushare.slot_share(*args)

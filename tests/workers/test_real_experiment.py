@@ -84,7 +84,7 @@ def test_the_report_gives_every_figure_per_pair_budget_and_mode():
         mode["jobs"] = [{"label": "a", "status": "succeeded", "reason": ""},
                         {"label": "b", "status": "failed" if n == 1 else "succeeded",
                          "reason": "OutOfMemoryError: agent refused: budget" if n == 1 else ""}]
-    report = {"device": "cpu", "iterations": 12, "threads": "1", "gate_headroom": 0.05, "wall_s": 61.0,
+    report = {"device": "cpu", "iterations": 12, "slots": 2, "gate_headroom": 0.05, "wall_s": 61.0,
               "jobs": {"a": "digits-cnn:batch_size=8"}, "profiles": {"a": {"peak_bytes": 50 * MiB,
               "persistent_bytes": 5 * MiB, "held_peak_bytes": 60 * MiB, "iteration_s": 0.1}},
               "shares": {"a": {"solo_step_s": 0.1, "colocated_step_s": 0.15, "compute_share": 0.75}}, "rows": [row],

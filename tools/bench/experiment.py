@@ -2,7 +2,7 @@
 run (a) sequentially, (b) uncoordinated, (c) with iteration time slicing and (d) with Zico, side by side.
 
     python -m tools.bench.experiment [--device cpu|cuda:N] [--pair A+B ...] [--iterations 12]
-        [--budgets 3 | --budget-at F ...] [--threads 1] [--gate-headroom 0.10] [--out prefix] [--doc docs/experiment.md]
+        [--budgets 3 | --budget-at F ...] [--slots 2] [--gate-headroom 0.10] [--out prefix] [--doc docs/experiment.md]
 
 Steps (every job its own process under a device agent; :mod:`.experiment_modes` says what each mode is):
 
@@ -99,15 +99,17 @@ def budgets_for(held: list[dict[str, Any]], count: int, gate_headroom: float,
     return [int(total - k * step) for k in range(count)], total, floor
 
 
-def measure_shares(jobs: dict[str, Job], device: str, iterations: int, settings=None) -> dict[str, dict[str, Any]]:
+def measure_shares(jobs: dict[str, Job], device: str, iterations: int, settings=None,
+                   slots: int | None = None) -> dict[str, dict[str, Any]]:
     """Per job label: ``solo_step_s``, ``colocated_step_s`` (beside an identical copy), ``compute_share``,
     and the solo and copies runs (``run_mode`` results). Raises RuntimeError when a run failed."""
     from placement.compute_share import share_from_step_times
 
     out = {}
     for label, job in jobs.items():
-        solo = run_mode("sequential", [job], free_capacity(device), device, iterations, settings=settings)
-        pair = run_mode("uncoordinated", [job, job], free_capacity(device), device, iterations, settings=settings)
+        solo = run_mode("sequential", [job], free_capacity(device), device, iterations, settings=settings, slots=slots)
+        pair = run_mode("uncoordinated", [job, job], free_capacity(device), device, iterations, settings=settings,
+                        slots=slots)
         for r in (solo, pair):
             if r["failures"]:
                 raise RuntimeError(f"measuring {label}'s compute share: {r['jobs'][0]['reason'] or r['jobs'][-1]['reason']}")
@@ -174,9 +176,11 @@ def parse_pairs(texts: list[str], known: dict[str, str]) -> list[tuple[str, str]
 
 def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 12, budgets: int = 3,
         gate_headroom: float = DEFAULT_GATE_HEADROOM, jobs: dict[str, str] | None = None, settings=None,
-        say=print, budget_at: list[float] | None = None) -> dict[str, Any]:
+        say=print, budget_at: list[float] | None = None, slots: int | None = None) -> dict[str, Any]:
     """The whole experiment; returns the report (see :mod:`.experiment_report` for its fields). ``budget_at``:
-    fractions of the way from the sum of held peaks to the floor (replacing ``budgets``)."""
+    fractions of the way from the sum of held peaks to the floor (replacing ``budgets``); ``slots``: a CPU
+    device's slots, every job process (profiles included) its slot's cores and threads as on a device worker
+    with ``--slots`` (Note [Compute per slot] in zico_contracts.cpushare); None: torch's threads on every core."""
     from placement.compute_share import predicted_slowdown, relative_error, with_measured_share
     from placement.curves import curve_from_dict
 
@@ -201,11 +205,12 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
         catalog[label] = Job(key, params, label)
     profiles = {}
     for n, label in enumerate(used, start=1):
-        profiles[label] = profile(catalog[label], device, free_capacity(device), job_id=n, settings=settings)
+        profiles[label] = profile(catalog[label], device, free_capacity(device), job_id=n, settings=settings,
+                                  slots=slots)
         p = profiles[label]
         say(f"profiled {label}: peak {p['curve']['peak_bytes'] / MIB:.1f} MiB allocated, "
             f"{p['reserved_peak_bytes'] / MIB:.1f} MiB held, iteration {p['curve']['iteration_s'] * 1000:.0f} ms")
-    shares = measure_shares(catalog, device, iterations, settings)
+    shares = measure_shares(catalog, device, iterations, settings, slots)
     worker = WorkerShares()
     for label in used:
         worker.add(shares[label]["solo_run"])
@@ -230,7 +235,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
             capacity = max(budget, (budget + total) // 2)  # room for the deadlock rule, as tools.colocate
             for mode in MODES:  # (a) again at every budget: its baseline is measured beside the others, in time
                 row["modes"][mode] = run_mode(mode, pair, budget, device, iterations, curves=held, capacity=capacity,
-                                              gate_headroom=gate_headroom, settings=settings)
+                                              gate_headroom=gate_headroom, settings=settings, slots=slots)
             rows.append(row)
             for r in row["modes"].values():
                 worker.add(r)
@@ -254,7 +259,7 @@ def run(device: str = "cpu", pairs: list[str] | None = None, iterations: int = 1
                                         "predicted": p, "measured": m, "error": relative_error(p, m),
                                         "in_sample": False, "predicted_worker": w,
                                         "error_worker": None if w is None else relative_error(w, m)})
-    return {"device": device, "iterations": iterations, "threads": os.environ.get("OMP_NUM_THREADS"),
+    return {"device": device, "iterations": iterations, "slots": slots,
             "gate_headroom": gate_headroom, "jobs": {k: texts[k] for k in used},
             "profiles": {k: {"peak_bytes": profiles[k]["curve"]["peak_bytes"],
                              "persistent_bytes": profiles[k]["curve"]["persistent_bytes"],
@@ -285,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-at", type=float, action="append", default=None, metavar="F",
                     help="instead of --budgets: a budget F of the way from the sum of held peaks (0) to the floor (1); "
                          "repeat for more")
-    ap.add_argument("--threads", type=int, default=1, help="CPU: intra-op threads of each job process (0: torch's)")
+    ap.add_argument("--slots", type=int, default=2,
+                    help="CPU: the device's slots, each job its slot's cores and threads (0: torch's threads, every core)")
     ap.add_argument("--gate-headroom", type=float, default=DEFAULT_GATE_HEADROOM)
     ap.add_argument("--out", default=None, help="path prefix: writes <out>.json, <out>.md and <out>.curves.json")
     ap.add_argument("--doc", default=None, help="a page (docs/experiment.md) whose measured section is rewritten")
@@ -295,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     if not re.fullmatch(r"cpu|cuda(:\d+)?", a.device):
         print(f"experiment: --device must be cpu or cuda[:N], got {a.device!r}", file=sys.stderr)
         return 2
-    if a.device == "cpu" and a.threads > 0:
-        os.environ.update(OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    if a.slots < 0:
+        print(f"experiment: --slots must be 0 or more, got {a.slots}", file=sys.stderr)
+        return 2
     for flag, path in (("--out", a.out), ("--doc", a.doc)):
         if path is not None and not Path(path).absolute().parent.is_dir():
             print(f"experiment: {flag} {path!r}: no such folder", file=sys.stderr)
@@ -304,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        report = run(a.device, a.pair, a.iterations, a.budgets, a.gate_headroom, say=say, budget_at=a.budget_at)
+        report = run(a.device, a.pair, a.iterations, a.budgets, a.gate_headroom, say=say, budget_at=a.budget_at,
+                     slots=a.slots or None)
     except UsageError as exc:
         print(f"experiment: {exc}", file=sys.stderr)
         return 2

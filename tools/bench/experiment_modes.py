@@ -112,11 +112,14 @@ class ExperimentAgent(DeviceAgent):
 
 @dataclass
 class Job:
-    """One job of a group: catalog ``key`` and ``params`` (``iterations`` added by the runner), its label."""
+    """One job of a group: catalog ``key`` and ``params`` (``iterations`` added by the runner), its label; or,
+    with ``code_dir``, a user's script project run with ``argv`` plus ``--steps <iterations>``."""
 
     key: str
     params: dict[str, Any]
     label: str = ""
+    code_dir: str | None = None
+    argv: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.label = self.label or self.key
@@ -151,13 +154,14 @@ def is_oom(reason: str) -> bool:
 
 
 def profile(job: Job, device: str, capacity: int, warmup: int = 1, steady: int = 3, job_id: int = 1,
-            settings=None) -> dict[str, Any]:
+            settings=None, slots: int | None = None) -> dict[str, Any]:
     """Profile ``job`` alone as a device worker profiles it (tools.jobpath), in a pool of ``capacity`` bytes:
     ``{"curve": dict, "reserved_peak_bytes"}``, the latter the most chunks the pool granted it (what a limit on
-    the pool must hold). Raises RuntimeError with the job's reason when the profile run fails."""
+    the pool must hold); ``slots``: its CPU slot's cores and threads, as run_mode's. Raises RuntimeError with the
+    job's reason when the profile run fails."""
     from tools import jobpath
 
-    agent = DeviceAgent(device, capacity if device == "cpu" else None, capacity, None, settings)
+    agent = DeviceAgent(device, capacity if device == "cpu" else None, capacity, None, settings, slots=slots)
     work = Path(tempfile.mkdtemp(prefix="zico-experiment-"))
     try:
         curve, _ = jobpath.profile(jobpath.runtime(agent, work), job_id, job.key, job.params, warmup, steady)
@@ -207,9 +211,14 @@ def run_mode(mode: str, jobs: list[Job], budget: int, device: str = "cpu", itera
 
     def one(n: int) -> None:
         job_id = n + 1
+        curve = None if curves is None else curves[n]
         try:
-            outs[n] = jobpath.run(rt, job_id, jobs[n].key, {**jobs[n].params, "iterations": iterations},
-                                  None if curves is None else curves[n], on_message=lines[n].on_message)
+            if jobs[n].code_dir:
+                outs[n] = jobpath.run_script(rt, job_id, jobs[n].code_dir, [*jobs[n].argv, "--steps", str(iterations)],
+                                             curve, on_message=lines[n].on_message)
+            else:
+                outs[n] = jobpath.run(rt, job_id, jobs[n].key, {**jobs[n].params, "iterations": iterations}, curve,
+                                      on_message=lines[n].on_message)
         except Exception as exc:  # not launched: reported, never hidden
             outs[n] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "metrics": {}}
         finally:

@@ -1,6 +1,6 @@
 """The real-run experiment's report (:mod:`.experiment`) as markdown: one row per pair, budget and mode.
 
-Report fields: ``device``, ``iterations``, ``threads``, ``gate_headroom``, ``jobs`` (label -> job spec),
+Report fields: ``device``, ``iterations``, ``slots``, ``gate_headroom``, ``jobs`` (label -> job spec),
 ``profiles`` (label -> allocated ``peak_bytes``, ``persistent_bytes``, solo ``held_peak_bytes``,
 ``iteration_s``), ``shares`` (label -> ``solo_step_s``, ``colocated_step_s``, ``compute_share``, and the device
 agent's own measurement over every run of the job, ``worker_share`` and ``worker_method``), ``rows``
@@ -80,7 +80,9 @@ def measured_section(page: str) -> str:
 def markdown(report: dict[str, Any]) -> str:
     m = lambda b: f"{b / MIB:.1f}"  # noqa: E731
     out = [f"Device {report['device']}; {report['iterations']} iterations per job per run; "
-           f"intra-op threads per job: {report.get('threads') or 'torch default'}; Zico's gate: held-byte curves "
+           + (f"{report['slots']} CPU slots (each job its slot's cores and threads, as a device worker's); "
+              if report.get("slots") else "no CPU slots (torch's threads on every core); ")
+           + "Zico's gate: held-byte curves "
            f"(placement.gating.planning_curve) against {1 - report['gate_headroom']:.2f} x budget. Wall time {report['wall_s']:.0f} s.", "",
            "| job | spec | peak allocated MiB | persistent MiB | solo held peak MiB | step alone ms | "
            "step beside a copy ms | compute share | worker's share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -1,24 +1,27 @@
 """Predicted against measured slowdown of co-located catalog jobs with a CPU device's per-slot compute share.
 
     python -m tools.bench.slowdown_table [--group digits-cnn+tiny-lm ...] [--runs 3] [--iterations 12]
-        [--slots 2]
+        [--slots N]
 
-For every group (pairs and triples of the experiment's CPU jobs, ``tools.bench.experiment.CPU_JOBS``) and
+For every group (pairs and triples of the experiment's CPU jobs, ``tools.bench.experiment.CPU_JOBS``, and of
+plain user scripts, ``SCRIPT_JOBS``: tools/bench/user_scripts, run as jobs with code are) and
 every run: the jobs one after the other, then all at once, each a job process under a device agent with
-``--slots`` slots (its slot's cores and threads: Note [Compute per slot] in zico_contracts.cpushare), at a
+``--slots`` slots (default: the group's size, as a device worker admitting the group has; its slot's cores and
+threads: Note [Compute per slot] in zico_contracts.cpushare), at a
 budget no job can reach (2 GiB: no gating, so the slowdown is compute alone). Measured: a job's median
 iteration while every job still iterated over its median alone in the same run
 (``experiment_modes.colocated_slowdowns``); predicted: the contention model the scheduler plans with,
 ``max(1, sum of the group's shares)`` (placement.compute_share.predicted_slowdown), each share the one the
 agent's meter measured for the job alone in that run (its utilisation of the device's cores). Printed as a
-Markdown table, one row per job and run, then the median error per group. User scripts are not run here (the
-experiment's runner launches catalog jobs). Bad input: one line on stderr, exit status 2.
+Markdown table, one row per job and run, then the median error per group. Bad input: one line on stderr, exit
+status 2.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 from placement.compute_share import DEFAULT_COMPUTE_SHARE, predicted_slowdown, relative_error
 
@@ -26,8 +29,12 @@ from tools.colocate import parse_job
 from .experiment import CPU_JOBS
 from .experiment_modes import Job, colocated_slowdowns, run_mode
 
+SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+# plain PyTorch scripts a user might submit (no Zico import), each taking --steps
+SCRIPT_JOBS = {"mlp-script": ["python", "wide_mlp.py"], "lstm-script": ["python", "lstm.py"]}
 BUDGET = 2 << 30  # above any of these jobs' groups: nothing gated, nothing refused
-DEFAULT_GROUPS = ["digits-cnn+tiny-lm", "resnet18+tiny-lm", "digits-cnn+tiny-lm+resnet18"]
+DEFAULT_GROUPS = ["digits-cnn+tiny-lm", "resnet18+tiny-lm", "mlp-script+lstm-script", "mlp-script+tiny-lm",
+                  "digits-cnn+tiny-lm+resnet18", "mlp-script+lstm-script+digits-cnn"]
 
 
 class UsageError(ValueError):
@@ -39,15 +46,17 @@ def parse_groups(texts: list[str]) -> list[list[str]]:
     out = []
     for t in texts:
         names = t.split("+")
-        if len(names) < 2 or any(n not in CPU_JOBS for n in names):
-            raise UsageError(f"--group {t!r}: expected A+B[+C...] of {', '.join(CPU_JOBS)}")
+        if len(names) < 2 or any(n not in CPU_JOBS and n not in SCRIPT_JOBS for n in names):
+            raise UsageError(f"--group {t!r}: expected A+B[+C...] of {', '.join([*CPU_JOBS, *SCRIPT_JOBS])}")
         out.append(names)
     return out
 
 
-def measure(names: list[str], iterations: int, slots: int) -> list[dict]:
+def measure(names: list[str], iterations: int, slots: int | None = None) -> list[dict]:
     """One run of a group: per job ``{"job", "predicted", "measured"}`` (None where a figure is missing)."""
-    jobs = [Job(*parse_job(CPU_JOBS[n]), f"{n}#{i}") for i, n in enumerate(names)]
+    jobs = [Job(n, {}, f"{n}#{i}", str(SCRIPTS), tuple(SCRIPT_JOBS[n])) if n in SCRIPT_JOBS
+            else Job(*parse_job(CPU_JOBS[n]), f"{n}#{i}") for i, n in enumerate(names)]
+    slots = slots or len(names)
     alone = run_mode("sequential", jobs, BUDGET, iterations=iterations, slots=slots)
     together = run_mode("uncoordinated", jobs, BUDGET, iterations=iterations, slots=slots)
     shares = [(j["compute_share"] or {}).get("share") or DEFAULT_COMPUTE_SHARE for j in alone["jobs"]]
@@ -62,11 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", action="append", default=None, help="A+B[+C] of the job names (repeat)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=12)
-    ap.add_argument("--slots", type=int, default=2, help="the CPU device's slots (the worker's --slots)")
+    ap.add_argument("--slots", type=int, default=None,
+                    help="the CPU device's slots (the worker's --slots; default: the group's size)")
     a = ap.parse_args(argv)
     try:
         groups = parse_groups(a.group or DEFAULT_GROUPS)
-        if a.runs < 1 or a.iterations < 4 or a.slots < 1:
+        if a.runs < 1 or a.iterations < 4 or (a.slots is not None and a.slots < 1):
             raise UsageError("--runs >= 1, --iterations >= 4 and --slots >= 1 expected")
     except UsageError as exc:
         print(f"slowdown_table: {exc}", file=sys.stderr)
