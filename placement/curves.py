@@ -291,33 +291,10 @@ def combined_bytes(
     return total
 
 
-def combined_peak(curves: Sequence[MemoryCurve], shifts_s: Sequence[float], horizon_s: float | None = None,
-                  resolution: int = 2048) -> float:
-    """Peak of :func:`combined_bytes` over ``[max(shift), max(shift) + horizon_s)``.
-
-    The default horizon is the longest iteration (exact for equal periods). Evaluated at every
-    curve's step starts inside the window plus a uniform grid of ``resolution`` points, so the
-    peak of step curves is found exactly at the breakpoints.
-    """
-    if not curves:
-        return 0.0
-    start = max(float(s) for s in shifts_s)
-    horizon = float(horizon_s) if horizon_s is not None else max(c.iteration_s for c in curves)
-    pts = [start + np.arange(resolution) * horizon / resolution]
-    for c, s in zip(curves, shifts_s):
-        k0 = math.floor((start - s) / c.iteration_s)
-        k1 = math.ceil((start + horizon - s) / c.iteration_s)
-        ks = np.arange(k0, k1 + 1)[:, None]
-        bp = (s + (ks + c.fractions[None, :]) * c.iteration_s).ravel()
-        pts.append(bp[(bp >= start) & (bp < start + horizon)])
-    t = np.concatenate(pts)
-    return float(combined_bytes(curves, shifts_s, t).max())
-
-
 # Note [Derived curves]: the coordinator and each job's pacer plan with curves derived from a job's curve (its
-# warm-up, its falling envelope, its peak held flat). Building one validates it (~0.1-0.2 ms), and a gating
-# prediction (placement.groups.predict_gated) builds about eleven, a third of its time before they were shared;
-# derived_curve builds each once per curve object and kind. An entry keeps its source curve, so a freed curve's
+# warm-up, its falling envelope, its peak held flat). Building one validates it, and a gating prediction
+# (placement.groups.predict_gated) builds about eleven (cost: docs/benchmarks.md, "Measurements behind the
+# notes"); derived_curve builds each once per curve object and kind. An entry keeps its source curve, so a freed curve's
 # id reused by another curve never gets the first one's derived curve; the memo is emptied when it reaches
 # DERIVED_MAX entries. Derived curves are shared: nobody may change their arrays.
 DERIVED_MAX = 256

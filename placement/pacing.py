@@ -13,9 +13,9 @@ The first iteration of a run (lazy initialisation, first-call overheads) is the 
 coordinator sees it as holding the job's peak from start to end (a flat curve at the peak); from its end on
 the job has its real curve. The warm-up is an ordinary request in the coordinator's line: it waits for room
 like any iteration, and while it waits it holds a reservation that the neighbour's next iterations cannot
-jump (Note [Waiting line] in placement.coordinator), so the two alternate instead of one starving. (It used
-to start only once a poll found no other job inside an iteration; a neighbour iterating back to back is
-almost never between two, and the new job waited out its neighbour's whole run: 17.45 s in the demo.)
+jump (Note [Waiting line] in placement.coordinator), so the two alternate instead of one starving. (Waiting
+for a moment with no other job inside an iteration would wait out a neighbour iterating back to back: its
+whole run; docs/benchmarks.md, "Measurements behind the notes".)
 
 Note [Expected iteration time]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -144,8 +144,8 @@ class FirstFitFifo:
 # Note [Planning budget]
 # ~~~~~~~~~~~~~~~~~~~~~~
 # A cold decision can be expensive: with groups of three, most of it is gating predictions (a coordinator
-# run on a virtual clock per group with unequal iteration times), about 1.4 s of CPU on the service
-# round's scale benchmark (docs/placement.md). With ``planning_budget_s`` a decision counts the CPU its
+# run on a virtual clock per group with unequal iteration times), most of a cold service round's CPU
+# (docs/benchmarks.md, "Placement at scale"). With ``planning_budget_s`` a decision counts the CPU its
 # plan cache spends making new plans; once that reaches the budget (with 0: once any new plan was made),
 # before the next job is considered,
 # ``decide`` returns the placements made so far (``Decision.deferred``: how many jobs it has not

@@ -82,13 +82,8 @@ def _bin_min(curve: MemoryCurve, n: int) -> np.ndarray:
     return out
 
 
-def _shift_matrix(n: int) -> np.ndarray:
-    """idx[k, m] = (m - k) mod n: bin m of a curve started k bins later."""
-    return (np.arange(n)[None, :] - np.arange(n)[:, None]) % n
-
-
 def _rolled(p: np.ndarray) -> np.ndarray:
-    """The view r[k, m] = p[(m - k) mod n] (what :func:`_shift_matrix` indexes), no copy."""
+    """The view r[k, m] = p[(m - k) mod n] (bin m of a curve started k bins later), no copy."""
     n = len(p)
     return sliding_window_view(np.concatenate([p, p]), n)[n:0:-1]
 

@@ -35,7 +35,6 @@ Standard library only (a Redis client is passed in where one is needed).
 """
 from __future__ import annotations
 
-from zico_contracts.joblog import log_stream_key
 from zico_contracts.queues import device_key, parse_device_key  # noqa: F401  (the <dev> part of the names)
 
 PREFIX = "zico"
@@ -90,11 +89,6 @@ def cancel_key(job_id: int) -> str:
 
 def abort_key(job_id: int, placement_id) -> str:
     return f"{PREFIX}:job:{int(job_id)}:abort:{placement_id}"
-
-
-def log_key(job_id: int) -> str:
-    """The job's output stream (``zico_contracts.joblog.log_stream_key``, the one place that names it)."""
-    return log_stream_key(int(job_id))
 
 
 def done_key(job_id: int) -> str:

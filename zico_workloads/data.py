@@ -51,8 +51,8 @@ def _digits_arrays():
     """Note [Digits without importing scikit-learn]
     ``sklearn.datasets.load_digits`` reads the CSV that scikit-learn bundles
     (``sklearn/datasets/data/digits.csv.gz``: 1,797 rows of 64 pixels and the label), but importing
-    scikit-learn pulls in scipy and its array-API layer: 1.5-3 s on two busy cores, the largest
-    single cost of a ResNet estimate. This reads the same file the same way (gzip, ``np.loadtxt``,
+    scikit-learn pulls in scipy and its array-API layer, once the largest single cost of a ResNet
+    estimate (docs/benchmarks.md, "The CPU estimate: how fast"). This reads the same file the same way (gzip, ``np.loadtxt``,
     comma-delimited; images (1797, 8, 8) float64, target (1797,) int) without executing the
     package; tests/workloads checks the arrays equal ``load_digits()``'s. Where the file is not
     where scikit-learn keeps it, ``load_digits`` is called after all."""

@@ -132,8 +132,8 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 // steady state, no heap allocation (a live-map rehash or a CUDA event list may still allocate), and
 // look up nothing beyond the pool's own two containers, with tracing on or off.
 //
-// What a hit costs, in order (callgrind on a log-uniform 512 B .. 1 MiB mix, tracing off: ~860
-// instructions per malloc/free pair, from ~1,320 before the bins and the table): the lock; best fit:
+// What a hit costs, in order (instruction counts: docs/benchmarks.md, "The pool-hit fast path
+// (measured)"): the lock; best fit:
 // for the small pool a bit scan of its size bins (Note [Small-pool bins] in free_bins.hpp), for the
 // large pool one lower_bound on a bare size (BySize is transparent); when split, the remainder is
 // binned (small) or inserted (large); the live-pointer table insert (ptr_map.hpp: open addressing,
@@ -146,11 +146,10 @@ void DevicePool::record_oom(OomReason reason, int64_t job, size_t size, size_t r
 // budget, the deadlock rule, the agent) is in allocate_miss, out of line: a hit never reads a clock
 // for the budget wait and never touches the condition variable unless someone waits.
 // Every record is still written (nothing is sampled or dropped to be fast). The TSC read is the
-// largest single cost left with tracing on (~20 ns per read back to back on the development VM,
-// partly hidden behind the rest of the pair); the curves need it: they place every allocation at
+// largest single cost left with tracing on; the curves need it: they place every allocation at
 // its fraction of the iteration (workers/curves/trace.py), so the clock must resolve well under
 // the shortest phase of a millisecond-long CPU iteration, which rules out CLOCK_MONOTONIC_COARSE
-// (~5 ns a read, but one kernel tick of resolution: 4 ms on the development VM).
+// (cheaper, but one kernel tick of resolution: milliseconds).
 void* DevicePool::allocate(size_t size, void* stream, int64_t job) {
   std::unique_lock<std::mutex> lk(mu_);
   const size_t rounded = round_size(size);

@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-REPO = Path(__file__).resolve().parents[2]
+from loadcheck import REPO, ensure_database, loopback_only  # scripts/load/ is sys.path[0]
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/zico_apiload")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
 # The server runs in production mode (no per-query debug log), over plain HTTP on loopback.
@@ -41,24 +42,6 @@ SERVER_ENV = {"DEBUG": "0", "SECRET_KEY": "api-load-check-" + "x" * 40, "ALLOWED
               "SECURE_SSL_REDIRECT": "0", "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0",
               "ZICO_RATE_API": "1000000/m", "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "zico.settings"}
 TENANT = "apiload"
-
-
-def loopback_only(url: str) -> None:
-    host = urlparse(url).hostname
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        sys.exit(f"refusing to load a non-loopback server: {url}")
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    name = urlparse(url).path.lstrip("/")
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    env = {**os.environ, **SERVER_ENV}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, env=env, check=True)
 
 
 def seed(n_jobs: int) -> str:
@@ -252,7 +235,7 @@ def main() -> int:
                 ap.error("--url needs --token")
             url, token = a.url.rstrip("/"), a.token
         else:
-            ensure_database()
+            ensure_database(os.environ["DATABASE_URL"], {**os.environ, **SERVER_ENV})
             token = seed(a.jobs)
             proc, url = start_server(a.workers, a.threads)
         print(f"server {url}  path {a.path}  jobs seeded {a.jobs if not a.url else '-'}  "

@@ -24,33 +24,15 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
-from urllib.parse import urlparse
 
-REPO = Path(__file__).resolve().parents[2]
+from loadcheck import REPO, ensure_database, loopback_only  # scripts/load/ is sys.path[0]
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/zico_load")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zico.settings")
 HOST = "loadhost"
 JOBS_PER_DEVICE = 10
-
-
-def _loopback_only(url: str) -> None:
-    host = urlparse(url).hostname
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        sys.exit(f"refusing to load a non-loopback server: {url}")
-
-
-def _ensure_database(url: str) -> None:
-    import psycopg
-
-    name = urlparse(url).path.lstrip("/")
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True)
 
 
 def _seed(n_jobs: int) -> tuple[list[str], list[int]]:
@@ -118,9 +100,9 @@ def main() -> int:
     args = ap.parse_args()
     if not (1 <= args.jobs <= 2000 and 0 < args.hz <= 50 and 10 <= args.seconds <= 3600):
         sys.exit("--jobs in [1, 2000], --hz in (0, 50], --seconds in [10, 3600]")
-    _loopback_only(os.environ["REDIS_URL"])
-    _loopback_only(os.environ["DATABASE_URL"])
-    _ensure_database(os.environ["DATABASE_URL"])
+    loopback_only(os.environ["REDIS_URL"])
+    loopback_only(os.environ["DATABASE_URL"])
+    ensure_database(os.environ["DATABASE_URL"])
 
     import redis
 

@@ -38,9 +38,8 @@ class Control:
         takes effect at the next iteration start anyway. So no reader thread waits on the socket: ``begin``
         first reads whatever the agent sent meanwhile (a stop, or the end of the stream: the agent is gone),
         then sends ``iteration_begin`` and reads the answer itself. A reader thread handing ``go`` over through
-        a condition variable cost one more thread wake-up per iteration, on the training's critical path (on a
-        loaded 2-core machine about a millisecond of a 3.6 ms round trip; docs/workers.md "What a job process
-        costs"). A stop requested inside the process (SIGTERM, :meth:`request_stop`) wakes a ``begin`` that
+        a condition variable cost one more thread wake-up per iteration, on the training's critical path
+        (docs/benchmarks.md, "Measurements behind the notes"). A stop requested inside the process (SIGTERM, :meth:`request_stop`) wakes a ``begin`` that
         waits for its answer through a socketpair of its own.
     """
 

@@ -13,9 +13,8 @@ The estimate follows the code paths PyTorch takes for the *fake* device. Known d
 for a CUDA target (see docs/curves.md): scaled-dot-product attention picks flash or
 memory-efficient kernels on CUDA (no materialised attention matrix), which the estimate for a
 CUDA target imitates (Note [CUDA attention in the estimate]); the cuBLAS workspaces torch keeps
-per thread and stream are added (Note [cuBLAS workspaces]); cuDNN's per-call workspaces (a
-transient ~10 MiB for ResNet-18 at batch 16, 64 x 64, measured) and the CUDA context (hundreds of
-MiB, outside the allocator) are not seen. ``torch.optim`` defaults to the foreach implementation on CUDA, so a
+per thread and stream are added (Note [cuBLAS workspaces]); cuDNN's per-call workspaces
+(transient) and the CUDA context (outside the allocator) are not seen (sizes: docs/curves.md). ``torch.optim`` defaults to the foreach implementation on CUDA, so a
 CUDA target's estimate forces ``foreach=True`` and includes its temporaries. A CPU-only torch
 cannot create fake CUDA tensors; there the fake device is the CPU. ``correction`` scales or
 offsets the result per workload to absorb such differences once measured.
@@ -101,8 +100,8 @@ class SkipFakeInit(TorchFunctionMode):
     the in-place ``normal_``/``uniform_``/``fill_``/``zero_`` they come down to) computes nothing
     the estimate reads: each such call on a fake tensor writes in place, allocates no storage the
     recorder tracks (it is off while the model is built) and returns its argument. This mode
-    returns the tensor without the call: ResNet-50's build went from 0.17 s to 0.07 s of CPU and
-    GPT-2 small's from 0.06 s to 0.03 s (1,000 and 300 calls; the first build in a process). Calls on real tensors (a
+    returns the tensor without the call (the build's CPU it saves: docs/benchmarks.md, "A cold
+    estimate, second pass"). Calls on real tensors (a
     dataset cached while the model is built) run as usual, and a function mode is thread-local,
     so a model built by another thread is initialised.
     """
@@ -193,9 +192,8 @@ class MemoryRecorder(TorchDispatchMode):
         ``blas_workspace_bytes`` from the caching allocator the first time a matmul runs there, and
         keeps it (aten/src/ATen/cuda/CublasHandlePool.cpp). Handles are per thread, and the backward
         pass runs on autograd's device thread: a training job on one stream holds two workspaces,
-        2 x 32 MiB on Hopper. Measured on an H200 (torch 2.11): without them the estimate of GPT-2
-        small at 8 x 1024 was 68 MiB below the job's real allocated peak and ResNet-50 at 64 x 224
-        86 MiB below (docs/curves.md). The fake run has one thread, so the handle is told by phase.
+        2 x 32 MiB on Hopper. Without them the estimate falls short of a real CUDA run's allocated
+        peak by about that (H200 runs: docs/curves.md, "Known differences from a CUDA run"). The fake run has one thread, so the handle is told by phase.
         """
         handle = "autograd" if self._phase == "backward" else "main"
         if handle in self._blas_handles:
@@ -317,9 +315,8 @@ def _collector_paused():
     """Note [No garbage collection in the estimate]
     The fake run allocates millions of small Python objects (fake tensors, their metadata, the
     fake-tensor operator cache's keys, autograd nodes), and each of CPython's collections walks them
-    and the whole module graph of torch, ``torch._dynamo`` and transformers: 1.5 s of the 20.8 s of
-    CPU a cold GPT-2 small 8 x 1024 estimate took on 2 loaded cores (7 %, ``gc.callbacks``), 0.9 s
-    of it full collections. Nothing in the estimate waits for a collection: a storage's free is recorded when
+    and the whole module graph of torch, ``torch._dynamo`` and transformers (a few percent of a cold
+    estimate's CPU: docs/benchmarks.md, "A cold estimate, third pass"). Nothing in the estimate waits for a collection: a storage's free is recorded when
     reference counting drops its last tensor (``MemoryRecorder._track``), so the collector is
     paused over the run and resumed (if it was on) afterwards; cycles made meanwhile are collected
     then. Pausing it changes no figure: tests/curves/test_estimate_reference.py holds the catalog's

@@ -2,10 +2,10 @@
 
 Note [Measured operator times]
 The roofline (:mod:`zico_workloads.curves.costs`) prices every memory-bound operator at one bandwidth,
-measured on a large add. On a CPU many operators are far off that line: with one thread,
-``max_pool2d_with_indices`` ran 16x slower than the roofline said (digits-cnn), ``bernoulli_``
-(dropout) 38x, ``tanh`` 10x, an elementwise ``mul`` 8x (tiny-lm). Their share of the iteration is
-where the estimate put its memory steps at the wrong moment (docs/curve-accuracy.md).
+measured on a large add. On a CPU many operators are far off that line (pooling, dropout's
+``bernoulli_``, ``tanh``, elementwise ``mul``: up to tens of times slower; figures in
+docs/curve-accuracy.md), and their share of the iteration is where the estimate put its memory steps
+at the wrong moment.
 
 So for a CPU target the estimate runs each distinct operator call once for real: the first time a
 signature (operator, and every argument's shape, stride and dtype, or value) is seen, the call is
