@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 
 import click
@@ -92,7 +93,7 @@ def emit(line: dict, as_json: bool) -> None:
         click.echo(json.dumps(line))
         return
     err = line["stream"] != "stdout"
-    terminal = click.get_text_stream("stderr" if err else "stdout").isatty()
+    terminal = (sys.stderr if err else sys.stdout).isatty()
     text = render(line, terminal)
     click.echo(click.style(text, dim=True) if line["stream"] == "system" and terminal else text, err=err)
 
