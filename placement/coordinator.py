@@ -35,6 +35,21 @@ can be *held*: until its next progress report or its end, the others plan around
 curve's peak for HOLD_ITERATIONS of the longest expected iteration on the device, so anything admitted
 beside it fits beside its peak (``hold_peak``). placement.pacing holds every forward pass.
 
+Note [A warm-up beside a falling neighbour]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A job's warm-up (its first iteration, planned flat at its peak: Note [Warm-up iteration] in
+placement.pacing, which adds it with ``warmup=True``) is planned beside a neighbour's iteration in flight as if that neighbour held its peak
+to the end of the iteration, not its falling curve. The plan counts a job's allocated bytes (raised by its
+profile's pool overhead), but a neighbour's pool holds what its cache holds: a job that has run alone so far
+shaped its cache without anyone reclaiming it, and in its backward pass its allocated bytes fall in segments
+still partly in use, which no reclaim can return. A joiner admitted into that fall asks for its lazy
+initialisation at once, the neighbour asks for more in its backward pass, both wait, and the allocator's
+deadlock rule grants past the budget: seen once in eleven demo runs (436 MiB on a 422 MiB budget, the first
+job holding 230 MiB with 146 MiB allocated as the second joined). So the warm-up starts at the neighbour's
+iteration end at the latest (both peaks fit, or the neighbour waits at its gate, where its pool returns its
+free segments); it waits at most one of the neighbour's iterations, once per run. From its second iteration
+on a job is planned beside its neighbours' falling curves as before.
+
 Note [Running alone]
 ~~~~~~~~~~~~~~~~~~~~
 A job whose iteration cannot fit under the budget beside the others' commitments at any delay
@@ -125,6 +140,7 @@ class _JobState:
     requested_at: float | None = None
     first_reason: str = ""
     held: MemoryCurve | None = None  # in flight and held at its peak: this flat curve (Note [Held at the peak])
+    warmup: bool = False  # its curve is a warm-up's (Note [A warm-up beside a falling neighbour])
 
 
 class Coordinator:
@@ -156,17 +172,20 @@ class Coordinator:
 
     # -- membership and settings ------------------------------------------------------
     def add_job(self, job_id: Hashable, curve: MemoryCurve, iteration_s: float | None = None,
-                *, loaded: bool = False) -> None:
+                *, loaded: bool = False, warmup: bool = False) -> None:
         """Add a job with its planning curve (``placement.gating.planning_curve``). It holds nothing until its first admitted iteration, which must load its
         persistent state (call :meth:`wait_to_start` before putting the model and optimizer on
         the device); from then on it holds at least its persistent bytes. ``loaded=True`` says it
         already holds them (they were allocated before joining, ungated). ``iteration_s``: its
-        expected iteration time on this device now (default: the curve's solo time). Raises
-        ValueError if the job is already here."""
+        expected iteration time on this device now (default: the curve's solo time). ``warmup=True``: ``curve``
+        is the job's warm-up (placement.pacing), planned beside its neighbours' iterations in flight as if they
+        held their peaks to their ends (Note [A warm-up beside a falling neighbour]). Raises ValueError if the
+        job is already here."""
         with self._cond:
             if job_id in self._jobs:
                 raise ValueError(f"job {job_id!r} is already on this coordinator")
-            self._jobs[job_id] = _JobState(curve, float(iteration_s or curve.iteration_s), loaded=bool(loaded))
+            self._jobs[job_id] = _JobState(curve, float(iteration_s or curve.iteration_s), loaded=bool(loaded),
+                                           warmup=bool(warmup))
             self._cond.notify_all()
 
     def remove_job(self, job_id: Hashable) -> None:
@@ -327,8 +346,9 @@ class Coordinator:
                 return Decision(False, None, "line")
             if waiter == job_id and reserved and head_waited_s >= patience_s:  # the head's patience is spent
                 return Decision(False, reserved.get(line[0][2]), "line")
-            others = [self._commitment(j, s, now, reserved.get(j)) for j, s in self._jobs.items() if j != waiter]
             ws = self._jobs[waiter]
+            others = [self._commitment(j, s, now, reserved.get(j), beside_warmup=ws.warmup)
+                      for j, s in self._jobs.items() if j != waiter]
             me = Commitment(ws.curve, ws.iteration_s, loaded=ws.loaded)
             delay = least_delay_s(me, others, self._budget, dt, self._bins)
             if waiter == job_id:
@@ -340,7 +360,8 @@ class Coordinator:
                     return Decision(True, 0.0)
                 if not reserved:  # nobody ahead holds a reservation: the budget alone delays it
                     return Decision(False, delay, "budget")
-                alone = least_delay_s(me, [self._commitment(j, s, now, None) for j, s in self._jobs.items() if j != waiter],
+                alone = least_delay_s(me, [self._commitment(j, s, now, None, beside_warmup=ws.warmup)
+                                           for j, s in self._jobs.items() if j != waiter],
                                       self._budget, dt, self._bins)
                 return Decision(False, delay, "budget" if alone and alone > 0 else "line")
             if delay is not None:
@@ -349,12 +370,14 @@ class Coordinator:
                 alone_ahead = True
         raise AssertionError("requester missing from the waiting line")  # pragma: no cover
 
-    def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None) -> Commitment:
+    def _commitment(self, job_id: Hashable, st: _JobState, now: float, reserved_in_s: float | None,
+                    beside_warmup: bool = False) -> Commitment:
         if st.held is not None:  # Note [Held at the peak]
             hold_s = HOLD_ITERATIONS * max(s.iteration_s for s in self._jobs.values())
             return Commitment(st.held, hold_s, fraction=0.0)
-        if st.in_flight:
-            return Commitment(st.curve, st.iteration_s, fraction=self._fraction(st, now))
+        if st.in_flight:  # Note [A warm-up beside a falling neighbour]
+            curve = derived_curve(st.curve, "held", _held_at_peak) if beside_warmup else st.curve
+            return Commitment(curve, st.iteration_s, fraction=self._fraction(st, now))
         return Commitment(st.curve, st.iteration_s, start_in_s=reserved_in_s, loaded=st.loaded)
 
     @staticmethod

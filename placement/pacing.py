@@ -164,7 +164,8 @@ class Pacer:
 
     def join(self) -> None:
         """Add the job with its warm-up curve (Note [Warm-up iteration]). Raises ValueError if it is there."""
-        self.coordinator.add_job(self.job_id, derived_curve(self.curve, "warmup", warmup_curve), self.time.shortest_s)
+        self.coordinator.add_job(self.job_id, derived_curve(self.curve, "warmup", warmup_curve), self.time.shortest_s,
+                                 warmup=True)
         self.joined = True
 
     def leave(self) -> None:

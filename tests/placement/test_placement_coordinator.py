@@ -207,3 +207,29 @@ def test_delay_records_are_a_bounded_ring_with_running_totals(monkeypatch):
     assert coord.delay_ms_total == pytest.approx(sum(r.delay_ms for r in everything))
     assert coord.drain_delays() == everything[-3:]
     assert coord.delays_recorded == len(everything)  # draining keeps the totals
+
+
+def test_a_warm_up_waits_for_a_falling_neighbours_iteration_end():
+    # Note [A warm-up beside a falling neighbour]: a neighbour's cache does not fall with its allocated bytes, so a
+    # joiner's warm-up (flat at its peak) is planned beside the neighbour's peak held to its iteration's end.
+    from placement.pacing import warmup_curve
+
+    falling = triangular_curve(M0, P, iteration_s=1.0)  # a's allocated bytes reach 3 GB at 0.75 of its iteration
+    delays = {}
+    for warmup in (False, True):
+        clock = Clock()
+        coord = Coordinator(1.6 * P, clock=clock)
+        coord.add_job("a", falling, loaded=True)
+        assert coord.request_start("a").admit
+        clock.t = 0.6
+        coord.report_progress("a", 0.6)  # in a's backward pass
+        coord.add_job("b", warmup_curve(falling), warmup=warmup)
+        d = coord.request_start("b")
+        assert not d.admit and d.reason == "budget"
+        delays[warmup] = d.delay_s
+    assert delays[False] == pytest.approx(0.15, abs=0.02)  # beside a's falling curve
+    assert delays[True] == pytest.approx(0.4, abs=0.02)    # at a's iteration end
+    clock.t = 1.0
+    coord.end_iteration("a")
+    assert coord.request_start("b").admit
+    assert not coord.request_start("a").admit  # a now waits for b's warm-up; its gate returns its cache
