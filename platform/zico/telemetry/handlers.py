@@ -254,20 +254,24 @@ def on_job_finished(msg: dict[str, Any], r) -> None:
     bound = (placement.plan or {}).get(DEFAULT_BOUND_KEY) if placement is not None else None
     if job.status == S.PROFILING and isinstance(bound, int) and jobbudget.stopped_at_bound(status, metrics):
         # Note [Where a script is profiled] in zico.scheduling.service: stopped at a bound its user never set
-        if lifecycle.requeue_to_profile_alone(job, dev, bound, run_metrics=metrics):
+        with transaction.atomic():
+            requeued = lifecycle.requeue_to_profile_alone(job, dev, bound, run_metrics=metrics)
+            if requeued:
+                end_placement_if_done(placement, f"job {job.pk} stopped at its default bound; requeued")
+        if requeued:
             log.info("job %s stopped at its default bound of %s bytes on %s: requeued to be profiled alone",
                      job.pk, bound, dev)
-            end_placement_if_done(placement, f"job {job.pk} stopped at its default bound; requeued")
             return
     if job.status == S.PROFILING and status == S.FAILED:  # a script job whose run ended before its profile did
         _remember_profile_failure(job, str(msg.get("reason") or ""), dev)
-    lifecycle.finish(job, status, dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],
-                     metrics=metrics)
-    if metrics.get("iterations_done") is not None:
-        Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
-    if share is not None:  # stored with the curve of the job's kind (Note [Where a measured share is stored])
-        store_measured_share(job, share, msg.get("placement"))
-    end_placement_if_done(placement, f"job {job.pk} {status}")
+    with transaction.atomic():  # the outcome and the placement's end are seen together, never one alone
+        lifecycle.finish(job, status, dev, reason=readable_reason(str(msg.get("reason") or ""))[:keys.REASON_MAX_CHARS],
+                         metrics=metrics)
+        if metrics.get("iterations_done") is not None:
+            Job.objects.filter(pk=job.pk).update(progress_iteration=int(metrics["iterations_done"]))
+        if share is not None:  # stored with the curve of the job's kind (Note [Where a measured share is stored])
+            store_measured_share(job, share, msg.get("placement"))
+        end_placement_if_done(placement, f"job {job.pk} {status}")
     archive_log(job, r)  # the run's output lines, from its Redis stream (Note [A job's log, live then stored])
 
 
