@@ -1,4 +1,4 @@
-"""Three plain PyTorch scripts (tests/integration/scripts/: an MLP with Adam, an LSTM with gradient clipping and
+"""Three plain PyTorch scripts (examples/plain-scripts/: an MLP with Adam, an LSTM with gradient clipping and
 SGD, a Transformer with gradient accumulation under bf16 autocast; none uses any Zico API), submitted with
 `zico submit` to a running stack, each profiled as its run starts (it runs once: its first step is printed once),
 co-located on the one device, and followed with `zico logs -f`; then submitted again, their stored curves reused,
@@ -44,7 +44,7 @@ from zico.tenants.models import ApiToken
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "plain-scripts"
 MiB = 1 << 20
 # Enough steps that a script still runs when the next new one starts beside it: a new script is profiled only
 # once its neighbours' curves are known (their first iterations), and it takes seconds to start (torch's import);

@@ -4,7 +4,7 @@
         [--slots N]
 
 For every group (pairs and triples of the experiment's CPU jobs, ``tools.bench.experiment.CPU_JOBS``, and of
-plain user scripts, ``SCRIPT_JOBS``: tools/bench/user_scripts, run as jobs with code are) and
+plain user scripts, ``SCRIPT_JOBS``: examples/plain-scripts, run as jobs with code are) and
 every run: the jobs one after the other, then all at once, each a job process under a device agent with
 ``--slots`` slots (default: the group's size, as a device worker admitting the group has; its slot's cores and
 threads: Note [Compute per slot] in zico_contracts.cpushare), at a
@@ -29,9 +29,11 @@ from tools.colocate import parse_job
 from .experiment import CPU_JOBS
 from .experiment_modes import Job, colocated_slowdowns, run_mode
 
-SCRIPTS = Path(__file__).resolve().parent / "user_scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "plain-scripts"
 # plain PyTorch scripts a user might submit (no Zico import), each taking --steps
-SCRIPT_JOBS = {"mlp-script": ["python", "wide_mlp.py"], "lstm-script": ["python", "lstm.py"]}
+# the sizes the table was measured with (docs/experiment.md); ``--steps`` is appended per run
+SCRIPT_JOBS = {"mlp-script": ["python", "mlp_adam.py", "--features", "512", "--hidden", "1536", "--batch", "256"],
+               "lstm-script": ["python", "lstm_clip_sgd.py", "--hidden", "160", "--seq", "60", "--batch", "32"]}
 BUDGET = 2 << 30  # above any of these jobs' groups: nothing gated, nothing refused
 DEFAULT_GROUPS = ["digits-cnn+tiny-lm", "resnet18+tiny-lm", "mlp-script+lstm-script", "mlp-script+tiny-lm",
                   "digits-cnn+tiny-lm+resnet18", "mlp-script+lstm-script+digits-cnn"]
