@@ -66,18 +66,20 @@ def api_schema(world):
 
 
 def aimed_path(case, target) -> dict | None:
-    """The case's path parameters pointed at ``target``'s objects (ids, slug, username), or None when the
-    operation has no path parameters. Random ids rarely hit a real row; these do."""
+    """The case's path parameters pointed at ``target``'s objects (ids, slug, username), or None when no path
+    parameter names a tenant's object (none at all, or a catalog workload's ``key``, which every tenant may use).
+    Random ids rarely hit a real row; these do."""
     params = dict(case.path_parameters or {})
-    if not params:
-        return None
     path = case.operation.path
+    aimed = False
     for name in params:
         if name == "id":
             params[name] = target["token_id"] if path.startswith("/api/tokens/") else target["id"]
+            aimed = True
         elif name in ("slug", "username"):
             params[name] = target[name]
-    return params
+            aimed = True
+    return params if aimed else None
 
 
 def check_case(case, world) -> None:
