@@ -163,6 +163,30 @@ void AgentUpstream::release(void* ptr, size_t /*bytes*/) {
     ids = std::move(it->second);
     segments_.erase(it);
   }
+  give_back(ptr, ids);
+}
+
+bool AgentUpstream::release_part(void* base, size_t offset, size_t bytes) {
+  if (!host_ || bytes == 0 || offset % chunk_ || bytes % chunk_ || forked()) return false;
+  char* const b = static_cast<char*>(base);
+  std::vector<uint32_t> ids;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = segments_.find(base);
+    const size_t first = offset / chunk_, n = bytes / chunk_;
+    if (it == segments_.end() || first + n > it->second.size()) return false;
+    std::vector<uint32_t>& all = it->second;  // chunk i of a segment is mapped at base + i * chunk_
+    ids.assign(all.begin() + first, all.begin() + first + n);
+    std::vector<uint32_t> after(all.begin() + first + n, all.end());
+    all.resize(first);
+    if (all.empty()) segments_.erase(it);
+    if (!after.empty()) segments_.emplace(b + offset + bytes, std::move(after));
+  }
+  give_back(b + offset, ids);
+  return true;
+}
+
+void AgentUpstream::give_back(void* ptr, const std::vector<uint32_t>& ids) {
   const size_t mapped = ids.size() * chunk_;
   mapper_.unmap(mapper_.ctx, ptr, mapped);  // unmapped before the agent hears of it: nothing here touches it again
   if (forked()) return;         // the job still holds these chunks (Note [Fork])

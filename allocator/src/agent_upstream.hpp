@@ -29,6 +29,9 @@ class AgentUpstream final : public Upstream {
   void* obtain(size_t bytes) override { return request(bytes, false); }
   void* obtain_blocking(size_t bytes) override { return request(bytes, true); }
   void release(void* ptr, size_t bytes) override;
+  // Host chunks only (memfd mappings unmap in part); CUDA mappings go back whole.
+  size_t release_granularity() override { return host_ ? chunk_ : 0; }
+  bool release_part(void* base, size_t offset, size_t bytes) override;
   uint64_t capacity() const override { return capacity_; }
   const char* name() const override { return mapper_.name ? mapper_.name : "agent"; }
   void* record_event(void* stream) override {
@@ -60,6 +63,7 @@ class AgentUpstream final : public Upstream {
   AgentUpstream(int fd, uint64_t chunk, uint64_t capacity, const zico_chunk_mapper& mapper);
   bool forked() const;  // true in a child forked from the job: the socket is not ours to use
   void* request(size_t bytes, bool wait);
+  void give_back(void* ptr, const std::vector<uint32_t>& ids);  // unmaps [ptr, ids' chunks) and returns them
   // Hands chunks back, kMaxIds a message; before_request: on the way to a waiting request (RETURN b = 1).
   void send_return(const std::vector<uint32_t>& ids, bool before_request = false);
   void listen();

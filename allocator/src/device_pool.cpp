@@ -65,7 +65,8 @@ void DevicePool::release(size_t want) {
     const int64_t n = static_cast<int64_t>(s.size);
     for (int k : {static_cast<int>(kAll), kind_of(s.small)}) {
       reserved_bytes_[k].decrease(n);
-      segment_[k].decrease(1);
+      if (s.kept > 1) segment_[k].increase(s.kept - 1);  // a part went: its segment became kept ones
+      else if (s.kept == 0) segment_[k].decrease(1);
     }
     ++num_device_free_;
     JobAccount& owner = ledger_.job(s.owner_job);

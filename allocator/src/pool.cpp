@@ -195,7 +195,100 @@ std::vector<ReleasedSegment> Pool::release_free_segments(size_t want) {
     segments_.erase(s->base);
     delete s;
   }
+  if (released < want) release_parts(want - released, &out);
   return out;
+}
+
+// Note [Giving back part of a segment]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Rule: when the wholly free segments do not cover what must go back (the budget after a grant past
+// it, or the bytes the agent asks for), the free blocks of large segments that are partly in use give
+// back their middle in whole granules of the upstream (release_granularity: the agent's chunk), largest
+// free block first, no more granules than wanted. The segment is cut there: its pieces before and after
+// stay segments of their own, with the same owner, and their free ends stay cached.
+//
+// Rationale: a backward pass frees most of what its forward allocated, but one live tensor (an
+// optimizer state, a saved activation) left in a 20 MiB segment, or in a large segment a bigger block
+// was split from, keeps the whole segment reserved. Beside a neighbour that cache is memory the device
+// budget counts and no reclaim could return: the agent's only way out was a grant past the budget
+// (Note [Deadlock rule] in device_pool.cpp). PyTorch's expandable segments unmap the free pages inside
+// a segment for the same reason (c10/cuda/CUDACachingAllocator.cpp).
+//
+// Limits: only upstreams that can take part of a segment back do it (the agent's host chunks: memfd
+// mappings unmapped in part); CUDA chunk mappings go back whole until their address reservation is
+// kept per piece. A granule partly in use stays. Events of the cut block are synchronized first, as
+// for a whole segment.
+size_t Pool::release_parts(size_t want, std::vector<ReleasedSegment>* out) {
+  const size_t granule = up_->release_granularity();
+  if (!granule) return 0;
+  std::vector<Block*> candidates;  // largest first: the fewest cuts for the bytes wanted
+  for (auto it = large_free_.rbegin(); it != large_free_.rend(); ++it)
+    if ((*it)->segment->allocated_blocks > 0 && (*it)->size >= granule) candidates.push_back(*it);
+  size_t released = 0;
+  for (Block* b : candidates) {
+    if (released >= want) break;
+    released += release_part_of(b, granule, want - released, out);
+  }
+  return released;
+}
+
+size_t Pool::release_part_of(Block* b, size_t granule, size_t want, std::vector<ReleasedSegment>* out) {
+  Segment* s = b->segment;
+  const int64_t owner = s->owner_job;
+  const size_t start = static_cast<size_t>(b->ptr - s->base), end = start + b->size, size = s->size;
+  const size_t lo = (start + granule - 1) / granule * granule;
+  size_t hi = end / granule * granule;
+  if (hi <= lo) return 0;
+  if (want < hi - lo) hi = lo + (want + granule - 1) / granule * granule;
+  for (auto& e : b->events) up_->event_synchronize(e.event.get());
+  if (!up_->release_part(s->base, lo, hi - lo)) return 0;
+  b->events.clear();
+  erase_free(b);
+  Block* mid = start < lo ? cut(b, s->base + lo) : b;
+  if (hi < end) cut(mid, s->base + hi);
+  Block* left = mid != b ? b : nullptr;
+  Block* right = hi < end ? mid->next : nullptr;
+  if (hi < size) {  // the blocks from hi on: a segment of their own
+    Segment* tail = new Segment();
+    tail->base = s->base + hi;
+    tail->size = size - hi;
+    tail->owner_job = s->owner_job;
+    tail->first = mid->next;
+    tail->first->prev = nullptr;
+    for (Block* t = tail->first; t; t = t->next) {
+      t->segment = tail;
+      if (t->allocated) ++tail->allocated_blocks;
+    }
+    s->allocated_blocks -= tail->allocated_blocks;
+    segments_.emplace(tail->base, tail);
+  }
+  const int kept = (lo > 0) + (hi < size);
+  if (lo > 0) {
+    mid->prev->next = nullptr;
+    s->size = lo;
+  } else {
+    segments_.erase(s->base);
+    delete s;
+  }
+  delete_block(mid);
+  if (left) insert_free(left);
+  if (right) insert_free(right);
+  out->push_back(ReleasedSegment{owner, hi - lo, false, kept});
+  return hi - lo;
+}
+
+Block* Pool::cut(Block* b, char* at) {
+  Block* r = new_block();
+  r->ptr = at;
+  r->size = static_cast<size_t>(b->ptr + b->size - at);
+  r->segment = b->segment;
+  r->stream = b->stream;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = static_cast<size_t>(at - b->ptr);
+  return r;
 }
 
 size_t Pool::largest_free_block(bool small) const {

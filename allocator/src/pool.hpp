@@ -32,6 +32,7 @@ struct ReleasedSegment {
   int64_t owner_job;
   size_t size;
   bool small;
+  int kept = 0;  // segments left in place of the one this was cut from (0: it went whole; 1 or 2: a part went)
 };
 
 class Pool {
@@ -52,7 +53,8 @@ class Pool {
   // Returns false if `ptr` is not an allocated block of this pool.
   bool free(void* ptr, void* stream, FreedBlock* out);
   // Returns wholly free segments to the upstream, largest first, until at least `want` bytes went
-  // back (SIZE_MAX: all of them).
+  // back (SIZE_MAX: all of them); then, if that was not enough and the upstream can take parts of a
+  // segment back, the free middles of partly used large segments (Note [Giving back part of a segment]).
   std::vector<ReleasedSegment> release_free_segments(size_t want);
 
   bool owns(void* ptr) const { return live_.find(ptr) != nullptr; }
@@ -105,6 +107,9 @@ class Pool {
   Block* new_block();
   void delete_block(Block* b);
   Block* merge(Block* dst, Block* src);  // src follows dst; returns dst
+  Block* cut(Block* b, char* at);        // b ends at `at`; returns the new block holding the rest
+  size_t release_parts(size_t want, std::vector<ReleasedSegment>* out);
+  size_t release_part_of(Block* b, size_t granule, size_t want, std::vector<ReleasedSegment>* out);
 
   Upstream* up_;
   NodeFreeList large_nodes_;  // declared before the set using it

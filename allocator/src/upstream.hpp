@@ -18,6 +18,12 @@ class Upstream {
   // calls it after returning its own cached segments. Sources that cannot wait just obtain.
   virtual void* obtain_blocking(size_t bytes) { return obtain(bytes); }
   virtual void release(void* ptr, size_t bytes) = 0;
+  // Bytes at which a segment may be given back in part (release_part); 0: segments go back whole only.
+  virtual size_t release_granularity() { return 0; }
+  // Gives back [base + offset, base + offset + bytes) of the segment obtained at `base` (offset and bytes
+  // multiples of release_granularity(), inside the segment); the source then knows the pieces before and
+  // after it as segments of their own, at `base` and at `base + offset + bytes`. false: nothing changed.
+  virtual bool release_part(void* /*base*/, size_t /*offset*/, size_t /*bytes*/) { return false; }
   // Bytes the source asks the pool to give back (wholly free cached segments); 0 = none.
   virtual size_t wanted_back() { return 0; }
   // Why the last obtain returned nullptr, when the source can say more than "out of memory".

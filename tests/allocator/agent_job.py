@@ -99,7 +99,8 @@ def run_hold(lib, args):
 def run_script(lib, args):
     """Commands on stdin, one per line, each answered by one event: "alloc [bytes]" (one block of
     step_bytes, or of the bytes given; the answer comes once the agent granted or refused), "free"
-    (every block), "exit"."""
+    (every block), "stats" (this pool's reserved bytes and segments, and whether every held block still
+    holds what was written to it), "exit"."""
     held = []
     for line in sys.stdin:
         cmd, _, size = line.strip().partition(" ")
@@ -108,13 +109,17 @@ def run_script(lib, args):
             p = lib.zico_malloc(nbytes, HOST, None)
             if p:
                 ctypes.memset(p, 5, nbytes)
-                held.append(p)
+                held.append((p, nbytes))
             say(alloc=bool(p), blocks=len(held), detail=None if p else (za.last_oom(HOST) or {}).get("detail"))
         elif cmd == "free":
-            for p in reversed(held):
+            for p, _ in reversed(held):
                 lib.zico_free(p, 0, HOST, None)
             held.clear()
             say(freed=True, reserved=za.memory_stats(device=HOST)["reserved_bytes.all.current"])
+        elif cmd == "stats":
+            stats = za.memory_stats(device=HOST)
+            say(reserved=stats["reserved_bytes.all.current"], segments=stats["segment.all.current"],
+                intact=all(ctypes.string_at(p, n) == b"\x05" * n for p, n in held))
         elif cmd == "exit":
             return
 

@@ -389,6 +389,33 @@ def test_an_idle_job_gives_back_its_cached_segments_when_another_waits(agent):
 
 
 @pytest.mark.timeout(60)
+def test_a_partly_used_segment_gives_back_its_free_chunks_when_another_waits(agent):
+    """Note [Giving back part of a segment]: a job whose one segment holds a live block (1.5 MiB in PyTorch's
+    20 MiB segment) gives back whole chunks of the segment's free part when a neighbour waits, no more than
+    the neighbour lacks; the live block keeps its bytes, and no grant passes the budget (before, the neighbour
+    waited out its wait and was refused: no wholly free segment was there to return)."""
+    budget = 24 * MiB
+    pool = agent(512 * MiB, budget, wait_s=20.0)
+    a = JobProcess(pool, 1, 1, "script", "--step-bytes", STEP)
+    b = JobProcess(pool, 2, 1, "script", "--step-bytes", STEP)
+    a.send(f"alloc {3 * MiB // 2}")
+    assert a.until("alloc")["alloc"]
+    assert pool.stats()["jobs"][1]["held_bytes"] == 20 * MiB
+    b.send("alloc")  # 12 MiB: 8 MiB more than the budget leaves beside a's segment
+    got = b.until("alloc")
+    stats = pool.stats()
+    assert got["alloc"], got
+    assert stats["pool"]["deadlock_grants"] == 0 and stats["pool"]["peak_held_bytes"] <= budget, stats["pool"]
+    assert stats["jobs"][1]["held_bytes"] == 12 * MiB and stats["jobs"][2]["held_bytes"] == STEP, stats["jobs"]
+    a.send("stats")  # a keeps [0, 2 MiB) with its block and [10 MiB, 20 MiB) free: two segments
+    assert a.until("intact") == {"reserved": 12 * MiB, "segments": 2, "intact": True}
+    a.send("alloc 10485760")  # 10 MiB: served from the kept free piece, nothing asked of the agent
+    assert a.until("alloc")["alloc"] and pool.stats()["jobs"][1]["held_bytes"] == 12 * MiB
+    a.finish()
+    b.finish()
+
+
+@pytest.mark.timeout(60)
 def test_scrub_a_second_tenant_reads_zeros_the_same_tenant_skips_it(agent):
     pool = agent(STEP)  # one segment's worth: every job gets the same six chunks
     writer = JobProcess(pool, 1, 1, "write", "--step-bytes", STEP)
